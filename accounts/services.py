@@ -1,0 +1,30 @@
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from accounts.models import ApiToken, Principal, Tenant
+
+# Marks our tokens in logs and secret scanners; not itself a secret.
+TOKEN_PREFIX = "osk_"  # noqa: S105
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    principal: Principal
+    token: str
+
+
+def create_api_client(*, tenant_slug: str, name: str) -> IssuedToken:
+    """Create the tenant and principal if needed, and issue a new token.
+
+    The token is returned once; only its digest is stored.
+    """
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug)
+        principal, _ = Principal.objects.get_or_create(tenant=tenant, name=name)
+        ApiToken.objects.create(
+            principal=principal, digest=ApiToken.digest_of(token), prefix=token[:12]
+        )
+    return IssuedToken(principal=principal, token=token)

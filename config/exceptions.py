@@ -1,0 +1,204 @@
+"""Every error the service answers, in one format.
+
+The body is RFC 9457 problem details (``type``, ``title``, ``status``) plus
+the members the contract names: ``error`` (a stable PascalCase code),
+``message`` (for people), ``traceId`` (the request's ``X-Request-ID``) and,
+where useful, ``details``. Domain errors subclass :class:`ApplicationError`
+next to the service that raises them; DRF's and Django's own exceptions are
+translated here, and anything unexpected becomes ``500 InternalError``
+without a trace of the code that failed.
+"""
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from rest_framework import exceptions as drf
+
+from config.tracing import current_trace_id
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+class ApplicationError(Exception):
+    """A refusal the client can act on, rendered as a problem response.
+
+    Subclasses set ``status_code``, ``code`` and ``title``; an instance may
+    carry a specific ``message``, ``details``, extra top-level members and
+    response headers.
+    """
+
+    status_code: ClassVar[int] = 400
+    code: ClassVar[str] = "BadRequest"
+    title: ClassVar[str] = "Bad request"
+    default_message: ClassVar[str] = "The request cannot be processed."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        details: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.message = message or self.default_message
+        self.details = details
+        self.extra = extra or {}
+        self.headers = headers or {}
+        super().__init__(self.message)
+
+
+class PayloadTooLarge(ApplicationError):
+    status_code = 413
+    code = "PayloadTooLarge"
+    title = "Payload too large"
+    default_message = "Request bodies are limited to 1 MiB."
+
+
+class InternalError(ApplicationError):
+    status_code = 500
+    code = "InternalError"
+    title = "Internal error"
+    default_message = (
+        "The server failed to process the request. Quote the traceId when reporting it."
+    )
+
+
+# DRF's exceptions, by class, to the contract's codes. Order matters where
+# one class derives from another.
+_DRF_CODES: list[tuple[type[drf.APIException], str, str]] = [
+    (drf.ParseError, "MalformedJson", "Malformed JSON"),
+    (drf.ValidationError, "ValidationError", "Validation failed"),
+    (drf.NotAuthenticated, "NotAuthenticated", "Not authenticated"),
+    (drf.AuthenticationFailed, "AuthenticationFailed", "Authentication failed"),
+    (drf.PermissionDenied, "PermissionDenied", "Permission denied"),
+    (drf.NotFound, "NotFound", "Not found"),
+    (drf.MethodNotAllowed, "MethodNotAllowed", "Method not allowed"),
+    (drf.NotAcceptable, "NotAcceptable", "Not acceptable"),
+    (drf.UnsupportedMediaType, "UnsupportedMediaType", "Unsupported media type"),
+    (drf.Throttled, "Throttled", "Too many requests"),
+]
+
+
+def problem_response(
+    *,
+    status: int,
+    code: str,
+    title: str,
+    message: str,
+    details: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> HttpResponse:
+    """Render one problem details response; the single place that shapes errors."""
+    body: dict[str, Any] = {
+        "type": f"urn:order-service:problem:{code}",
+        "title": title,
+        "status": status,
+        "error": code,
+        "message": message,
+        "traceId": current_trace_id(),
+    }
+    if details:
+        body["details"] = details
+    body.update(extra or {})
+    response = HttpResponse(
+        json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+        status=status,
+        content_type=PROBLEM_CONTENT_TYPE,
+    )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def render_exception(exc: BaseException) -> HttpResponse:
+    """Turn any exception into the contract's problem response."""
+    if isinstance(exc, ApplicationError):
+        return problem_response(
+            status=exc.status_code,
+            code=exc.code,
+            title=exc.title,
+            message=exc.message,
+            details=exc.details,
+            extra=exc.extra,
+            headers=exc.headers,
+        )
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = drf.PermissionDenied()
+    elif isinstance(exc, DjangoValidationError):
+        exc = drf.ValidationError(detail=drf.as_serializer_error(exc))
+    elif isinstance(exc, RequestDataTooBig):
+        return render_exception(PayloadTooLarge())
+
+    if isinstance(exc, drf.APIException):
+        return _render_api_exception(exc)
+
+    logger.exception("Unhandled error", exc_info=exc)
+    return render_exception(InternalError())
+
+
+def _render_api_exception(exc: drf.APIException) -> HttpResponse:
+    code, title = next(
+        ((code, title) for cls, code, title in _DRF_CODES if isinstance(exc, cls)),
+        (_pascal_case(exc.default_code), str(exc.default_detail)),
+    )
+    headers = {}
+    if auth_header := getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = auth_header
+    if wait := getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(wait) + 1)
+
+    if isinstance(exc, drf.ValidationError):
+        detail = exc.detail if isinstance(exc.detail, dict) else {"nonFieldErrors": exc.detail}
+        return problem_response(
+            status=exc.status_code,
+            code=code,
+            title=title,
+            message="The request body is not valid; see details.",
+            details=detail,
+            headers=headers,
+        )
+    return problem_response(
+        status=exc.status_code, code=code, title=title, message=str(exc.detail), headers=headers
+    )
+
+
+def _pascal_case(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+def exception_handler(exc: Exception, context: Mapping[str, Any]) -> HttpResponse:
+    """DRF's ``EXCEPTION_HANDLER``."""
+    return render_exception(exc)
+
+
+# Django's own error views, for what never reaches a DRF view (unknown
+# URLs, a refused Host header, a crash in middleware).
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if isinstance(exception, RequestDataTooBig):
+        return render_exception(PayloadTooLarge())
+    return render_exception(drf.ValidationError({"request": ["Bad request."]}))
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return render_exception(drf.PermissionDenied())
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return render_exception(drf.NotFound())
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    return render_exception(InternalError())

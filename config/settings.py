@@ -1,0 +1,234 @@
+"""The one settings module, configured by environment variables.
+
+Unset variables fall back to the embedded default: a SQLite file and a
+SQLite-backed Celery broker under ``var/``, so the service runs with no
+server installed. Production sets ``DATABASE_URL`` (PostgreSQL) and
+``CELERY_BROKER_URL`` (Redis or RabbitMQ).
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(environ.Env().str("VAR_DIR", default=str(BASE_DIR / "var")))
+
+env = environ.Env()
+
+DEBUG = env.bool("DEBUG", default=False)
+
+
+def _local_secret_key() -> str:
+    """A random key kept in ``var/``, for when ``SECRET_KEY`` is unset.
+
+    Every process on this machine (web workers, Celery) must sign with the
+    same key, because idempotency field digests are keyed by it, so the key
+    is written once and read back rather than generated per process.
+    Deployments on more than one machine set ``SECRET_KEY``.
+    """
+    path = VAR_DIR / "secret_key"
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        # Written aside and linked into place: a process starting at the same
+        # moment reads either no file or the whole key, never half of it.
+        draft = VAR_DIR / f".secret_key.{os.getpid()}"
+        draft.write_text(secrets.token_urlsafe(50))
+        draft.chmod(0o600)
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_text().strip()
+
+
+SECRET_KEY = env.str("SECRET_KEY", default="") or _local_secret_key()
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "accounts",
+    "orders",
+    "idempotency",
+    "operations",
+]
+
+MIDDLEWARE = [
+    # First, so that every response, errors included, carries X-Request-ID.
+    "config.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "config.middleware.BodySizeLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "config" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'order-service.sqlite3'}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # SQLite serialises writers. BEGIN IMMEDIATE takes the write lock at the
+    # start of every transaction instead of upgrading a read lock midway
+    # (which fails at once with "database is locked"); WAL lets readers run
+    # beside the one writer; the busy timeout makes writers queue.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": (
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;"
+        ),
+    }
+else:
+    # Persistent connections save a connect per request under gunicorn.
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Idempotency ----------------------------------------------------------
+
+# How long a completed key is kept and replayed (seconds). A day covers the
+# retry window of every HTTP client and queue we know of; after it the key
+# is forgotten and the same key is a new command.
+IDEMPOTENCY_KEY_TTL = env.int("IDEMPOTENCY_KEY_TTL", default=86400)
+# How long a duplicate waits for the request that holds its key (seconds)
+# before it is told 409 IdempotencyKeyInProgress. Commands take milliseconds;
+# two seconds absorbs a slow commit without tying up a worker for long.
+IDEMPOTENCY_WAIT = env.float("IDEMPOTENCY_WAIT", default=2.0)
+# How long one command's transaction may hold its key (seconds). The
+# database ends a transaction that runs or idles longer, which releases the
+# key of a hung process; a dead process releases it at once.
+IDEMPOTENCY_LOCK_TIMEOUT = env.float("IDEMPOTENCY_LOCK_TIMEOUT", default=30.0)
+
+# --- Celery ---------------------------------------------------------------
+
+CELERY_BROKER_URL = env.str(
+    "CELERY_BROKER_URL", default=f"sqla+sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
+)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# Results live in our own tables (operations), never in a result backend.
+CELERY_TASK_IGNORE_RESULT = True
+# A task is acknowledged after it ran, so a worker that dies mid-task has
+# its message redelivered; the tasks are idempotent, so that is safe.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Redis redelivers an unacknowledged message after this many seconds.
+    # It must exceed the longest task (provider calls time out after a few
+    # seconds and retries are re-published, not slept in), or a slow task
+    # would run twice at once; the sweep covers anything it misses.
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=300),
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "purge-expired-idempotency-keys": {
+        "task": "idempotency.tasks.purge_expired_keys",
+        # Hourly keeps the table within an hour of its retention.
+        "schedule": 3600.0,
+    },
+}
+
+# --- REST framework ---------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["config.parsers.StrictJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.exceptions.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": (
+        ["config.throttling.PrincipalRateThrottle"] if env.str("API_THROTTLE_RATE", "") else []
+    ),
+    "DEFAULT_THROTTLE_RATES": {"principal": env.str("API_THROTTLE_RATE", default="") or None},
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Order service",
+    "DESCRIPTION": "Idempotent REST commands for orders and payments.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Bodies over 1 MiB are refused with 413 PayloadTooLarge (contract).
+MAX_REQUEST_BODY_BYTES = 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
+
+# --- Static files, security -----------------------------------------------
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+X_FRAME_OPTIONS = "DENY"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- Logging --------------------------------------------------------------
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+}
