@@ -1,0 +1,37 @@
+"""The refusals of the idempotency layer (contract section 3)."""
+
+from config.exceptions import ApplicationError
+
+
+class IdempotencyKeyRequired(ApplicationError):
+    status_code = 400
+    code = "IdempotencyKeyRequired"
+    title = "Idempotency-Key required"
+    default_message = "Commands require an Idempotency-Key header."
+
+
+class IdempotencyKeyInvalid(ApplicationError):
+    status_code = 400
+    code = "IdempotencyKeyInvalid"
+    title = "Idempotency-Key invalid"
+    default_message = (
+        "Idempotency-Key must be 1 to 255 visible ASCII characters (! to ~), "
+        'plain or as a structured-field string ("…").'
+    )
+
+
+class IdempotencyKeyConflict(ApplicationError):
+    status_code = 409
+    code = "IdempotencyKeyConflict"
+    title = "Idempotency-Key conflict"
+    default_message = "Same Idempotency-Key used with different request payload."
+
+
+class IdempotencyKeyInProgress(ApplicationError):
+    status_code = 409
+    code = "IdempotencyKeyInProgress"
+    title = "Idempotency-Key in progress"
+    default_message = (
+        "A request with this Idempotency-Key is still being processed; retry after the "
+        "Retry-After delay."
+    )

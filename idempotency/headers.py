@@ -1,0 +1,34 @@
+"""The ``Idempotency-Key`` request header."""
+
+import re
+
+import http_sf
+
+from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyRequired
+
+HEADER = "Idempotency-Key"
+_VALID_KEY = re.compile(r"[!-~]{1,255}")
+
+
+def parse_idempotency_key(raw: str | None) -> str:
+    """The key named by a header value, in its plain or structured-field form.
+
+    ``7f2c`` and ``"7f2c"`` (an RFC 9651 String, as the IETF draft defines
+    the header) name the same key.
+
+    :raises IdempotencyKeyRequired: the header is absent.
+    :raises IdempotencyKeyInvalid: the value is not a key.
+    """
+    if raw is None:
+        raise IdempotencyKeyRequired()
+    value = raw.strip(" \t")
+    if value.startswith('"'):
+        try:
+            value, _params = http_sf.parse(value.encode("ascii"), tltype="item")
+        except Exception:  # the parser signals bad input with assorted errors
+            raise IdempotencyKeyInvalid() from None
+        if not isinstance(value, str):
+            raise IdempotencyKeyInvalid()
+    if not _VALID_KEY.fullmatch(value):
+        raise IdempotencyKeyInvalid()
+    return value

@@ -1,0 +1,66 @@
+"""The catalog, orders and their lines."""
+
+from functools import partial
+
+from django.db import models
+
+from config.ids import new_id
+
+
+class Product(models.Model):
+    """A catalog entry. The catalog is shared by all tenants."""
+
+    sku = models.CharField(max_length=64, primary_key=True)
+    name = models.CharField(max_length=200)
+    # Minor units (kopecks, cents): money is never a float.
+    unit_price = models.PositiveBigIntegerField()
+    currency = models.CharField(max_length=3)
+
+    def __str__(self) -> str:
+        return self.sku
+
+
+class Order(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        PAID = "paid"
+        CANCELLED = "cancelled"
+
+    id = models.CharField(primary_key=True, max_length=32, default=partial(new_id, "ord"))
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="orders")
+    customer_id = models.CharField(max_length=100)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    currency = models.CharField(max_length=3)
+    total_amount = models.PositiveBigIntegerField()
+    cancel_reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            # The list endpoint: a tenant's orders, newest first.
+            models.Index(fields=["tenant", "-created_at", "-id"], name="order_tenant_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class OrderItem(models.Model):
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveSmallIntegerField()
+    sku = models.CharField(max_length=64)
+    qty = models.PositiveIntegerField()
+    # Copied from the catalog when the order was placed: later price changes
+    # do not rewrite history.
+    unit_price = models.PositiveBigIntegerField()
+    line_total = models.PositiveBigIntegerField()
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["order", "position"], name="order_item_position"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order_id}#{self.position}"

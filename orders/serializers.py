@@ -1,0 +1,98 @@
+"""Request and response shapes of the orders API (camelCase on the wire)."""
+
+from typing import Any
+
+from rest_framework import serializers
+
+from config.fields import StrictCharField, StrictIntegerField, StrictSerializer
+from orders.models import Order, OrderItem
+from orders.services import NewOrder, OrderLine
+
+MAX_ITEMS = 100
+MAX_QTY = 1000
+
+
+class OrderLineInput(StrictSerializer):
+    sku = StrictCharField(max_length=64)
+    qty = StrictIntegerField(min_value=1, max_value=MAX_QTY)
+
+
+class CreateOrderInput(StrictSerializer):
+    customerId = StrictCharField(max_length=100)  # noqa: N815 - the wire name
+    items = OrderLineInput(many=True, allow_empty=False, max_length=MAX_ITEMS)
+    currency = serializers.RegexField(
+        r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code such as RUB."}
+    )
+
+    def to_new_order(self) -> NewOrder:
+        data = self.validated_data
+        return NewOrder(
+            customer_id=data["customerId"],
+            currency=data["currency"],
+            items=[OrderLine(sku=line["sku"], qty=line["qty"]) for line in data["items"]],
+        )
+
+
+class CancelOrderInput(StrictSerializer):
+    reason = StrictCharField(max_length=500, required=False, allow_blank=True)
+
+
+class OrderItemOutput(serializers.ModelSerializer):
+    unitPrice = serializers.IntegerField(source="unit_price")  # noqa: N815
+    lineTotal = serializers.IntegerField(source="line_total")  # noqa: N815
+
+    class Meta:
+        model = OrderItem
+        fields = ["sku", "qty", "unitPrice", "lineTotal"]
+
+
+class OrderLinksOutput(serializers.Serializer):
+    self = serializers.CharField()
+
+
+class OrderOutput(serializers.ModelSerializer):
+    customerId = serializers.CharField(source="customer_id")  # noqa: N815
+    totalAmount = serializers.IntegerField(source="total_amount")  # noqa: N815
+    items = OrderItemOutput(many=True)
+    payments = serializers.SerializerMethodField()
+    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
+    updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Order
+        fields = [
+            "id",
+            "customerId",
+            "status",
+            "currency",
+            "totalAmount",
+            "items",
+            "payments",
+            "createdAt",
+            "updatedAt",
+            "links",
+        ]
+
+    def get_payments(self, order: Order) -> list[str]:
+        return []
+
+    def get_links(self, order: Order) -> dict[str, Any]:
+        return {"self": order_path(order.id)}
+
+
+class OrderCommandOutput(serializers.Serializer):
+    """The answer to a synchronous order command: ``{"status", "orderId", "order", "links"}``."""
+
+    status = serializers.ChoiceField(choices=["succeeded"])
+    orderId = serializers.CharField(source="order.id")  # noqa: N815
+    order = OrderOutput()
+    links = OrderLinksOutput()
+
+    @staticmethod
+    def of(order: Order) -> dict[str, Any]:
+        return {"status": "succeeded", "order": order, "links": {"self": order_path(order.id)}}
+
+
+def order_path(order_id: str) -> str:
+    return f"/v1/orders/{order_id}"

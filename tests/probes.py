@@ -1,0 +1,67 @@
+"""Commands that exist only in tests, behind the real idempotency layer.
+
+They give the tests a handle the real endpoints do not: a command that
+fails in its own code after writing, one under which the database fails,
+and one that runs until the test lets it finish.
+"""
+
+import threading
+
+from django.db import connection
+from django.urls import include, path
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from idempotency.commands import idempotent_command
+from orders.models import Order
+
+# Set by a test to make the next database-failure command fail.
+database_failures_left = threading.Event()
+# Set by a test to let the slow command finish; the command sets `started`.
+slow_command_started = threading.Event()
+slow_command_release = threading.Event()
+
+
+def _write_order(request: Request) -> Order:
+    return Order.objects.create(
+        tenant=request.user.tenant, customer_id="probe", currency="RUB", total_amount=1
+    )
+
+
+class FailingCommand(APIView):
+    @idempotent_command
+    def post(self, request: Request) -> Response:
+        _write_order(request)
+        raise RuntimeError("a bug in the command's own code")
+
+
+class DatabaseFailureCommand(APIView):
+    @idempotent_command
+    def post(self, request: Request) -> Response:
+        order = _write_order(request)
+        if database_failures_left.is_set():
+            database_failures_left.clear()
+            with connection.cursor() as cursor:
+                # A real failure of the database under the command: the
+                # statement is cancelled by its timeout.
+                cursor.execute("SET LOCAL statement_timeout = 1")
+                cursor.execute("SELECT pg_sleep(1)")
+        return Response({"orderId": order.id}, status=201)
+
+
+class SlowCommand(APIView):
+    @idempotent_command
+    def post(self, request: Request) -> Response:
+        order = _write_order(request)
+        slow_command_started.set()
+        slow_command_release.wait(timeout=30)
+        return Response({"orderId": order.id}, status=201)
+
+
+urlpatterns = [
+    path("v1/probes/failing", FailingCommand.as_view()),
+    path("v1/probes/database-failure", DatabaseFailureCommand.as_view()),
+    path("v1/probes/slow", SlowCommand.as_view()),
+    path("", include("config.urls")),
+]
