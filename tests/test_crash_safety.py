@@ -1,0 +1,101 @@
+"""Rule 9: a process that dies or hangs inside a command leaves no stuck key."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from idempotency.models import IdempotencyKey
+from orders.models import Order
+from tests import probes
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url() -> str:
+    settings_dict = connection.settings_dict
+    return (
+        f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:{settings_dict['PORT']}"
+        f"/{settings_dict['NAME']}"
+    )
+
+
+def spawn(mode: str, key: str, token: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.crashing_client", mode, key, token],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url(), **env},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    """Poll a condition the database exposes no event for."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def backend_waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_process_killed_between_claim_and_commit_leaves_no_stuck_key(api, order_body):
+    with psycopg.connect(database_url()) as locker:
+        # Hold the orders table so the client's command stops after it has
+        # claimed its key and before it commits.
+        locker.execute("LOCK TABLE orders_order IN ACCESS EXCLUSIVE MODE")
+        client = spawn("create", "crash-key", api.token)
+        wait_until(backend_waiting_on_a_lock)
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=10)
+    # Leaving the block committed the lock holder's transaction.
+
+    retry = api.post(
+        "/v1/orders",
+        {"customerId": "crash", "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"},
+        key="crash-key",
+    )
+
+    assert client.returncode == -signal.SIGKILL
+    assert retry.status_code == 201
+    assert not retry.has_header("Idempotent-Replayed")
+    assert Order.objects.count() == 1
+    assert IdempotencyKey.objects.get().response_status == 201
+
+
+@pytest.mark.urls("tests.probes")
+@override_settings(IDEMPOTENCY_WAIT=10)
+def test_a_hung_process_releases_its_key_after_the_lock_timeout(api):
+    client = spawn("hang", "hung-key", api.token, IDEMPOTENCY_LOCK_TIMEOUT="1")
+    try:
+        assert client.stdout.readline().strip() == "started"
+        probes.slow_command_release.set()  # in this process only: the retry runs through
+
+        retry = api.post("/v1/probes/slow", {}, key="hung-key")
+    finally:
+        client.kill()
+        client.wait(timeout=10)
+        probes.slow_command_release.clear()
+
+    # PostgreSQL ended the hung transaction after IDEMPOTENCY_LOCK_TIMEOUT
+    # (1 s); the retry waited on the key, then claimed it and executed once.
+    assert retry.status_code == 201
+    assert not retry.has_header("Idempotent-Replayed")
+    assert Order.objects.count() == 1

@@ -1,0 +1,94 @@
+"""The service as deployed, in its own processes, on both of its databases.
+
+- PostgreSQL behind gunicorn with several worker processes: one key sent
+  by many clients at once still executes once.
+- The embedded default (SQLite file, SQLite broker, no server installed),
+  as ``make run`` starts it: the walkthrough of the README and a storm.
+"""
+
+import json
+
+import pytest
+import requests
+from django.conf import settings
+from django.db import connection
+
+from orders.models import Order
+from tests.conftest import ORDER, run_concurrently
+from tests.live import base_env, manage, serve
+
+
+def post(service, token: str, key: str, body: dict) -> requests.Response:
+    return requests.post(
+        service.url("/v1/orders"),
+        data=json.dumps(body),
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Idempotency-Key": key,
+            "Content-Type": "application/json",
+        },
+        timeout=30,
+    )
+
+
+@pytest.fixture(scope="module")
+def postgres_service(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        db = connection.settings_dict
+    env = base_env(
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        SECRET_KEY=settings.SECRET_KEY,
+    )
+    with serve(env, web_workers=4) as service:
+        yield service
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_storm_across_server_processes_executes_once(postgres_service, api):
+    responses = run_concurrently(32, lambda i: post(postgres_service, api.token, "storm", ORDER))
+
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.content for r in responses}) == 1
+    assert sum("Idempotent-Replayed" not in r.headers for r in responses) == 1
+    assert Order.objects.count() == 1
+
+
+@pytest.fixture(scope="module")
+def embedded_service(tmp_path_factory):
+    env = base_env(VAR_DIR=str(tmp_path_factory.mktemp("var")))
+    manage("migrate", "--noinput", env=env)
+    manage("seed_demo", env=env)
+    token = manage("create_api_client", "demo", "demo", env=env).strip().splitlines()[-1]
+    with serve(env, web_workers=2, celery=True) as service:
+        yield service, token
+
+
+def test_the_embedded_default_keeps_the_idempotency_rules(embedded_service):
+    service, token = embedded_service
+
+    created = post(service, token, "walk-1", ORDER)
+    replayed = post(service, token, "walk-1", ORDER)
+    conflict = post(service, token, "walk-1", {**ORDER, "items": [{"sku": "ABC", "qty": 3}]})
+
+    assert created.status_code == 201
+    assert replayed.status_code == 201
+    assert replayed.headers["Idempotent-Replayed"] == "true"
+    assert replayed.content == created.content
+    assert replayed.headers["Location"] == created.headers["Location"]
+    assert conflict.status_code == 409
+    assert conflict.json()["details"]["mismatch"] == ["/items/0/qty"]
+
+
+def test_the_embedded_default_executes_a_storm_once(embedded_service):
+    service, token = embedded_service
+
+    responses = run_concurrently(16, lambda i: post(service, token, "embedded-storm", ORDER))
+
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.json()["orderId"] for r in responses}) == 1
+    listing = requests.get(
+        service.url("/v1/orders?pageSize=200"),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    ).json()
+    assert sum(o["customerId"] == ORDER["customerId"] for o in listing["results"]) == 2
