@@ -49,8 +49,10 @@ def loads_strict(raw: bytes) -> Any:
     :raises ParseError: the body is not JSON, or not I-JSON.
     """
     try:
+        # I-JSON is UTF-8; json.loads alone would also take UTF-16 and UTF-32.
+        text = raw.decode("utf-8")
         return json.loads(
-            raw,
+            text,
             object_pairs_hook=_object,
             parse_int=_integer,
             parse_float=_float,

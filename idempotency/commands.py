@@ -59,7 +59,7 @@ STORED_HEADERS = ("Location", "Retry-After")
 # SQLSTATE of a lock wait cut short by lock_timeout.
 _LOCK_NOT_AVAILABLE = "55P03"
 
-ReplayHook = Callable[[IdempotencyKey], bytes]
+ReplayHook = Callable[[IdempotencyKey, HttpResponse], HttpResponse]
 V = TypeVar("V", bound=APIView)
 
 
@@ -79,9 +79,8 @@ def idempotent_command(
 ) -> Any:
     """Make a DRF view method an idempotent command (contract section 3).
 
-    ``on_replay``, given the stored record, may return fresher body bytes for
-    a replay; asynchronous commands use it to report an operation's
-    current status.
+    ``on_replay(record, response)`` may amend a replay before it is sent;
+    asynchronous commands use it to report their operation's current status.
     """
 
     def decorate(method: Callable[..., Any]) -> Callable[..., HttpResponse]:
@@ -116,9 +115,9 @@ def _read_command(request: Request) -> Command:
     method, path = request.method or "", request.path
     try:
         fingerprint = fingerprint_request(method=method, path=path, body=request.data)
-    except rfc8785.CanonicalizationError as exc:
+    except (rfc8785.CanonicalizationError, UnicodeError) as exc:
         # The parser admits only I-JSON; this is what it cannot see, such as
-        # a string holding a lone UTF-16 surrogate.
+        # a string or member name holding an escaped lone UTF-16 surrogate.
         raise ParseError(f"The body has no canonical JSON form: {exc}") from None
     return Command(
         principal=request.user, key=key, method=method, path=path, fingerprint=fingerprint
@@ -268,15 +267,13 @@ def _conflict(command: Command, record: IdempotencyKey) -> IdempotencyKeyConflic
 def _response_from(
     record: IdempotencyKey, *, replayed: bool, on_replay: ReplayHook | None = None
 ) -> HttpResponse:
-    headers = dict(record.response_headers)
-    body = bytes(record.response_body)
-    if replayed:
-        headers[REPLAYED_HEADER] = "true"
-        if on_replay is not None:
-            body = on_replay(record)
-    response = HttpResponse(body, status=record.response_status)
-    for name, value in headers.items():
+    response = HttpResponse(bytes(record.response_body), status=record.response_status)
+    for name, value in record.response_headers.items():
         response[name] = value
+    if replayed:
+        response[REPLAYED_HEADER] = "true"
+        if on_replay is not None:
+            response = on_replay(record, response)
     return response
 
 

@@ -96,8 +96,20 @@ def test_plain_and_structured_field_forms_name_the_same_key(api, order_body):
             400,
             "MalformedJson",
         ),
+        (
+            lambda api, body: api.post("/v1/orders", '{"\\ud800": 1}', key="K"),
+            400,
+            "MalformedJson",
+        ),
     ],
-    ids=["malformed-json", "media-type", "authentication", "too-large", "duplicate-member"],
+    ids=[
+        "malformed-json",
+        "media-type",
+        "authentication",
+        "too-large",
+        "duplicate-member",
+        "lone-surrogate",
+    ],
 )
 def test_a_request_refused_before_the_command_starts_stores_no_key(
     api, order_body, prepare, expected_status, expected_error
