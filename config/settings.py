@@ -137,6 +137,22 @@ IDEMPOTENCY_WAIT = env.float("IDEMPOTENCY_WAIT", default=2.0)
 # key of a hung process; a dead process releases it at once.
 IDEMPOTENCY_LOCK_TIMEOUT = env.float("IDEMPOTENCY_LOCK_TIMEOUT", default=30.0)
 
+# --- Payments -------------------------------------------------------------
+
+# The payment provider: a class implementing orders.gateway.PaymentGateway.
+PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="orders.simulator.SimulatedProvider")
+# Simulated provider latency per call (seconds).
+PAYMENT_PROVIDER_LATENCY = env.float("PAYMENT_PROVIDER_LATENCY", default=0.05)
+# First retry delay after a provider timeout or 5xx (seconds); it doubles
+# with each attempt, up to a minute.
+PAYMENT_RETRY_BACKOFF = env.float("PAYMENT_RETRY_BACKOFF", default=1.0)
+# An operation still processing this long after its last progress (seconds)
+# is published again by the sweep: its message was lost or its worker died.
+OPERATION_STALE_AFTER = env.int("OPERATION_STALE_AFTER", default=60)
+# How long a worker holds an operation it works on (seconds). Longer than any
+# one provider call with its timeout; a dead worker's claim lapses after it.
+OPERATION_LEASE = env.int("OPERATION_LEASE", default=30)
+
 # --- Celery ---------------------------------------------------------------
 
 CELERY_BROKER_URL = env.str(
@@ -152,15 +168,21 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    # Redis redelivers an unacknowledged message after this many seconds.
-    # It must exceed the longest task (provider calls time out after a few
-    # seconds and retries are re-published, not slept in), or a slow task
-    # would run twice at once; the sweep covers anything it misses.
-    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=300),
-}
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # Redis redelivers an unacknowledged message after this many seconds.
+        # It must exceed the longest task plus its retry countdown (retries
+        # wait in the worker, unacknowledged, for at most a minute), or a
+        # slow task would be delivered twice; twice is harmless, only wasted.
+        "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=300),
+    }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
+    "sweep-stale-operations": {
+        "task": "operations.tasks.sweep_stale_operations",
+        # A lost message is found again within half a minute of going stale.
+        "schedule": 30.0,
+    },
     "purge-expired-idempotency-keys": {
         "task": "idempotency.tasks.purge_expired_keys",
         # Hourly keeps the table within an hour of its retention.

@@ -5,6 +5,7 @@ from config import health
 
 urlpatterns = [
     path("v1/", include("orders.urls")),
+    path("v1/", include("operations.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),

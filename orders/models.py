@@ -64,3 +64,99 @@ class OrderItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order_id}#{self.position}"
+
+
+class Payment(models.Model):
+    """One attempt to charge an order."""
+
+    class Status(models.TextChoices):
+        PROCESSING = "processing"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        REFUNDED = "refunded"
+
+    # A payment that holds or held money: while one exists, no other may start.
+    LIVE_STATUSES = (Status.PROCESSING, Status.SUCCEEDED, Status.REFUNDED)
+
+    id = models.CharField(primary_key=True, max_length=32, default=partial(new_id, "pay"))
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="payments")
+    amount = models.PositiveBigIntegerField()
+    currency = models.CharField(max_length=3)
+    payment_method = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROCESSING)
+    failure_code = models.CharField(max_length=64, blank=True)
+    provider_charge_id = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            # The domain's own guard against charging an order twice, under
+            # any number of idempotency keys: the database refuses a second
+            # live payment of one order, whatever the code above it does.
+            models.UniqueConstraint(
+                fields=["order"],
+                condition=models.Q(status__in=["processing", "succeeded", "refunded"]),
+                name="payment_one_live_per_order",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def provider_key(self) -> str:
+        """The provider's idempotency key for charging this payment.
+
+        Derived from the payment, so every attempt, retry or redelivery of
+        the charge names the same charge and the provider makes it once.
+        """
+        return f"charge-{self.id}"
+
+    @property
+    def refund_provider_key(self) -> str:
+        return f"refund-{self.id}"
+
+
+# --- The payment provider simulator's own records --------------------------
+# These belong to the simulated provider, not to us: they stand for the
+# provider's database, written in its own transactions, as a remote
+# provider's would be.
+
+
+class ProviderLedgerEntry(models.Model):
+    """A charge or refund the simulated provider made, once per provider key."""
+
+    class Kind(models.TextChoices):
+        CHARGE = "charge"
+        REFUND = "refund"
+
+    charge_id = models.CharField(primary_key=True, max_length=32)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # The caller's idempotency key: the provider makes one entry per key.
+    provider_key = models.CharField(max_length=100, unique=True)
+    payment_id = models.CharField(max_length=32)
+    amount = models.PositiveBigIntegerField()
+    currency = models.CharField(max_length=3)
+    payment_method = models.CharField(max_length=64)
+    succeeded = models.BooleanField()
+    failure_code = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "charge_id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.charge_id} ({self.provider_key})"
+
+
+class ProviderAttempt(models.Model):
+    """How many calls the simulated provider has seen per key (drives pm_card_flaky)."""
+
+    provider_key = models.CharField(primary_key=True, max_length=100)
+    count = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.provider_key}: {self.count}"

@@ -5,7 +5,10 @@ from typing import Any
 from rest_framework import serializers
 
 from config.fields import StrictCharField, StrictIntegerField, StrictSerializer
-from orders.models import Order, OrderItem
+from operations.models import Operation
+from operations.serializers import operation_path
+from orders.models import Order, OrderItem, Payment
+from orders.payments import NewPayment
 from orders.services import NewOrder, OrderLine
 
 MAX_ITEMS = 100
@@ -75,7 +78,7 @@ class OrderOutput(serializers.ModelSerializer):
         ]
 
     def get_payments(self, order: Order) -> list[str]:
-        return []
+        return [payment.id for payment in order.payments.all()]
 
     def get_links(self, order: Order) -> dict[str, Any]:
         return {"self": order_path(order.id)}
@@ -94,5 +97,96 @@ class OrderCommandOutput(serializers.Serializer):
         return {"status": "succeeded", "order": order, "links": {"self": order_path(order.id)}}
 
 
+class CreatePaymentInput(StrictSerializer):
+    orderId = StrictCharField(max_length=32)  # noqa: N815
+    amount = StrictIntegerField(min_value=1)
+    currency = serializers.RegexField(
+        r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code such as RUB."}
+    )
+    paymentMethod = StrictCharField(max_length=64)  # noqa: N815
+
+    def to_new_payment(self) -> NewPayment:
+        data = self.validated_data
+        return NewPayment(
+            order_id=data["orderId"],
+            amount=data["amount"],
+            currency=data["currency"],
+            payment_method=data["paymentMethod"],
+        )
+
+
+class PaymentOutput(serializers.ModelSerializer):
+    orderId = serializers.CharField(source="order_id")  # noqa: N815
+    failureCode = serializers.SerializerMethodField()  # noqa: N815
+    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
+    updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Payment
+        fields = [
+            "id",
+            "orderId",
+            "amount",
+            "currency",
+            "status",
+            "failureCode",
+            "createdAt",
+            "updatedAt",
+            "links",
+        ]
+
+    def get_failureCode(self, payment: Payment) -> str | None:  # noqa: N802
+        return payment.failure_code or None
+
+    def get_links(self, payment: Payment) -> dict[str, str]:
+        return {"self": payment_path(payment.id), "order": order_path(payment.order_id)}
+
+
+class AcceptedLinksOutput(serializers.Serializer):
+    self = serializers.CharField()
+    operation = serializers.CharField()
+
+
+class PaymentAcceptedOutput(serializers.Serializer):
+    """The answer to POST /v1/payments: the payment and the operation charging it."""
+
+    status = serializers.ChoiceField(choices=Operation.Status.choices)
+    paymentId = serializers.CharField()  # noqa: N815
+    operationId = serializers.CharField()  # noqa: N815
+    links = AcceptedLinksOutput()
+
+    @staticmethod
+    def of(payment: Payment, operation: Operation) -> dict[str, Any]:
+        return {
+            "status": operation.status,
+            "paymentId": payment.id,
+            "operationId": operation.id,
+            "links": {"self": payment_path(payment.id), "operation": operation_path(operation.id)},
+        }
+
+
+class RefundAcceptedOutput(serializers.Serializer):
+    """The answer to cancelling a paid order: the order and the refund operation."""
+
+    status = serializers.ChoiceField(choices=Operation.Status.choices)
+    orderId = serializers.CharField()  # noqa: N815
+    operationId = serializers.CharField()  # noqa: N815
+    links = AcceptedLinksOutput()
+
+    @staticmethod
+    def of(order: Order, operation: Operation) -> dict[str, Any]:
+        return {
+            "status": operation.status,
+            "orderId": order.id,
+            "operationId": operation.id,
+            "links": {"self": order_path(order.id), "operation": operation_path(operation.id)},
+        }
+
+
 def order_path(order_id: str) -> str:
     return f"/v1/orders/{order_id}"
+
+
+def payment_path(payment_id: str) -> str:
+    return f"/v1/payments/{payment_id}"

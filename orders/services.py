@@ -5,30 +5,11 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from accounts.models import Tenant
-from config.exceptions import ApplicationError
-from orders.models import Order, OrderItem, Product
+from operations.models import Operation
+from orders.errors import CurrencyMismatch, OrderStateConflict, UnknownSku
+from orders.models import Order, OrderItem, Payment, Product
+from orders.payments import start_refund
 from orders.selectors import get_order
-
-
-class UnknownSku(ApplicationError):
-    status_code = 422
-    code = "UnknownSku"
-    title = "Unknown SKU"
-    default_message = "The order names a SKU that is not in the catalog."
-
-
-class CurrencyMismatch(ApplicationError):
-    status_code = 422
-    code = "CurrencyMismatch"
-    title = "Currency mismatch"
-    default_message = "An item is priced in another currency than the order."
-
-
-class OrderStateConflict(ApplicationError):
-    status_code = 409
-    code = "OrderStateConflict"
-    title = "Order state conflict"
-    default_message = "The order's state does not allow this command."
 
 
 @dataclass(frozen=True)
@@ -83,20 +64,35 @@ def create_order(*, tenant: Tenant, new_order: NewOrder) -> Order:
     return order
 
 
-def cancel_order(*, tenant: Tenant, order_id: str, reason: str = "") -> Order:
-    """Cancel a pending order; cancelling a cancelled order changes nothing.
+@dataclass(frozen=True)
+class Cancellation:
+    order: Order
+    # The refund under way, when the order was paid; None when it is done.
+    refund: Operation | None = None
+
+
+def cancel_order(*, tenant: Tenant, order_id: str, reason: str = "") -> Cancellation:
+    """Cancel an order: at once if pending, through a refund if paid.
+
+    Cancelling a cancelled order changes nothing, and cancelling an order
+    whose refund is under way answers that refund.
 
     :raises NotFound: no such order in this tenant.
-    :raises OrderStateConflict: the order cannot be cancelled in its state.
+    :raises OrderStateConflict: a payment of the order is processing.
     """
     with transaction.atomic():
         # Locked, so a concurrent payment or cancel sees the outcome of ours.
         order = get_order(tenant=tenant, order_id=order_id, for_update=True)
         if order.status == Order.Status.CANCELLED:
-            return order
-        if order.status != Order.Status.PENDING:
-            raise OrderStateConflict(f"A {order.status} order cannot be cancelled.")
+            return Cancellation(order=order)
+        if order.status == Order.Status.PAID:
+            if reason:
+                order.cancel_reason = reason
+                order.save(update_fields=["cancel_reason", "updated_at"])
+            return Cancellation(order=order, refund=start_refund(order=order))
+        if order.payments.filter(status=Payment.Status.PROCESSING).exists():
+            raise OrderStateConflict("A payment of this order is processing; retry when it ends.")
         order.status = Order.Status.CANCELLED
         order.cancel_reason = reason
         order.save(update_fields=["status", "cancel_reason", "updated_at"])
-    return order
+    return Cancellation(order=order)

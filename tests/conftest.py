@@ -1,6 +1,8 @@
 import json
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,3 +111,66 @@ def run_concurrently(n: int, fn: Callable[[int], Any]) -> list[Any]:
     if errors:
         raise errors[0]
     return results
+
+
+@contextmanager
+def running_worker() -> Iterator[None]:
+    """A real Celery worker, in a thread of this process, on the real broker.
+
+    Tasks are published after commit and travel through the broker, as in
+    production: nothing runs eagerly.
+    """
+    from celery.contrib.testing.worker import start_worker
+
+    from config.celery import app
+
+    with start_worker(
+        app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
+    ):
+        yield
+    connections.close_all()
+
+
+@pytest.fixture
+def broker(transactional_db: None, settings: Any) -> None:
+    """An empty queue, and retries quick enough for tests."""
+    from config.celery import app
+
+    settings.PAYMENT_RETRY_BACKOFF = 0.05
+    app.control.purge()
+
+
+@pytest.fixture
+def worker(broker: None) -> Iterator[None]:
+    with running_worker():
+        yield
+
+
+@pytest.fixture
+def finished_operation() -> Iterator[Callable[[str], Any]]:
+    """Wait for an operation to leave ``processing``, woken by each task the worker ends."""
+    from celery.signals import task_postrun
+
+    from operations.models import Operation
+
+    ended = threading.Condition()
+
+    def on_task_end(**kwargs: Any) -> None:
+        with ended:
+            ended.notify_all()
+
+    task_postrun.connect(on_task_end, weak=False)
+
+    def wait(operation_id: str, timeout: float = 30.0) -> Operation:
+        deadline = time.monotonic() + timeout
+        with ended:
+            while (operation := Operation.objects.get(pk=operation_id)).is_finished is False:
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"operation {operation_id} still processing"
+                # The timeout only guards against a notification sent between
+                # the read above and this wait.
+                ended.wait(timeout=min(remaining, 0.5))
+        return operation
+
+    yield wait
+    task_postrun.disconnect(on_task_end)

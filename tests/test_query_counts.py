@@ -1,5 +1,7 @@
 """What a command costs the database, pinned (the README quotes these numbers)."""
 
+import json
+
 import pytest
 
 # Transactional, so the command runs in a real transaction as in production
@@ -8,9 +10,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # Authenticate; look the key up; BEGIN; bound the waits; claim the key;
 # savepoint; read the catalog; savepoint (the service's own block); insert
-# the order and its lines; release; read the lines back for the answer;
-# release; store the response; COMMIT.
-CREATE_ORDER_QUERIES = 15
+# the order and its lines; release; read the lines and payments back for
+# the answer; release; store the response; COMMIT.
+CREATE_ORDER_QUERIES = 16
 # Authenticate and look the key up: a replay takes no lock and writes nothing.
 REPLAY_QUERIES = 2
 
@@ -44,3 +46,31 @@ def test_a_conflict_costs_two_queries(api, order_body, django_assert_num_queries
         response = api.post("/v1/orders", order_body, key="K")
 
     assert response.status_code == 409
+
+
+# Authenticate; look the key up; BEGIN; bound the waits; claim; savepoint;
+# savepoint (the service's block); lock the order; savepoint; insert the
+# payment; release; insert the operation; release; release; store the
+# response; COMMIT.
+START_PAYMENT_QUERIES = 16
+# A replay of an asynchronous command also reads its operation's status.
+ASYNC_REPLAY_QUERIES = 3
+
+
+def test_starting_a_payment_costs_a_fixed_number_of_queries(
+    api, order_body, django_assert_num_queries
+):
+    order = json.loads(api.post("/v1/orders", order_body, key="o").content)["order"]
+    body = {
+        "orderId": order["id"],
+        "amount": 3980,
+        "currency": "RUB",
+        "paymentMethod": "pm_card_ok",
+    }
+
+    with django_assert_num_queries(START_PAYMENT_QUERIES):
+        first = api.post("/v1/payments", body, key="p")
+    with django_assert_num_queries(ASYNC_REPLAY_QUERIES):
+        replay = api.post("/v1/payments", body, key="p")
+
+    assert first.status_code == replay.status_code == 202

@@ -1,0 +1,70 @@
+"""Asynchronous work, tracked in our own table (the outbox and the status a client polls)."""
+
+from functools import partial
+
+from django.db import models
+
+from config.ids import new_id
+
+
+class Operation(models.Model):
+    """A unit of slow work, such as charging a payment, done by a Celery worker.
+
+    The command that starts it inserts the row in its own transaction and
+    publishes the task after commit; the row, not the broker, is the source
+    of truth, so a lost message is found again by the sweep. ``status`` only
+    moves forward (processing -> succeeded | failed), and every write of it
+    is a compare-and-set on ``status='processing'``.
+    """
+
+    class Kind(models.TextChoices):
+        PAYMENT_CHARGE = "payment.charge"
+        ORDER_REFUND = "order.refund"
+
+    class Status(models.TextChoices):
+        PROCESSING = "processing"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    id = models.CharField(primary_key=True, max_length=32, default=partial(new_id, "op"))
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROCESSING)
+    # The payment of a payment.charge, the order of an order.refund.
+    result_id = models.CharField(max_length=32)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.CharField(max_length=500, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # A worker holds the operation until then; past it, a crashed worker's
+    # operation can be claimed again.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    # The trace id of the request that started it, for logs across processes.
+    trace_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            # The sweep: processing operations, oldest first.
+            models.Index(
+                fields=["updated_at"],
+                condition=models.Q(status="processing"),
+                name="operation_processing",
+            ),
+        ]
+        constraints = [
+            # One refund per order: cancelling a paid order again, under any
+            # key, finds the refund already under way.
+            models.UniqueConstraint(
+                fields=["result_id"],
+                condition=models.Q(kind="order.refund", status__in=["processing", "succeeded"]),
+                name="operation_one_refund_per_order",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.kind} {self.status}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status != self.Status.PROCESSING

@@ -1,0 +1,34 @@
+"""Replays of asynchronous commands report the operation's current status."""
+
+import json
+
+from django.http import HttpResponse
+from rest_framework.renderers import JSONRenderer
+
+from idempotency.models import IdempotencyKey
+from operations.models import Operation
+
+
+def with_current_status(record: IdempotencyKey, response: HttpResponse) -> HttpResponse:
+    """Replace ``status`` in a stored 202 answer by its operation's status now.
+
+    The one exception to byte-identical replays (contract, Payments): the
+    ids and links stay as stored, and a retrying client sees progress.
+    Retry-After is kept only while the operation is processing.
+    """
+    if record.response_status != 202:
+        return response
+    body = json.loads(response.content)
+    status = (
+        Operation.objects.filter(pk=body["operationId"], tenant_id=record.tenant_id)
+        .values_list("status", flat=True)
+        .first()
+    )
+    if status is None:
+        return response
+    body["status"] = status
+    # Rendered as the original was, so only the status can differ.
+    response.content = JSONRenderer().render(body)
+    if status != Operation.Status.PROCESSING and response.has_header("Retry-After"):
+        del response["Retry-After"]
+    return response

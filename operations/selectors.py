@@ -1,0 +1,15 @@
+from rest_framework.exceptions import NotFound
+
+from accounts.models import Tenant
+from operations.models import Operation
+
+
+def get_operation(*, tenant: Tenant, operation_id: str) -> Operation:
+    """The tenant's operation, read from our table (never from a result backend).
+
+    :raises NotFound: no such operation in this tenant.
+    """
+    operation = Operation.objects.filter(tenant=tenant, pk=operation_id).first()
+    if operation is None:
+        raise NotFound(f"No operation {operation_id}.")
+    return operation

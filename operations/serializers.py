@@ -1,0 +1,56 @@
+from typing import Any
+
+from rest_framework import serializers
+
+from operations.models import Operation
+
+# Seconds a client should wait before polling a processing operation again.
+POLL_AFTER_SECONDS = 1
+
+
+def operation_path(operation_id: str) -> str:
+    return f"/v1/operations/{operation_id}"
+
+
+def result_path(operation: Operation) -> str:
+    if operation.kind == Operation.Kind.PAYMENT_CHARGE:
+        return f"/v1/payments/{operation.result_id}"
+    return f"/v1/orders/{operation.result_id}"
+
+
+class OperationErrorOutput(serializers.Serializer):
+    error = serializers.CharField(source="error_code")
+    message = serializers.CharField(source="error_message")
+
+
+class OperationLinksOutput(serializers.Serializer):
+    self = serializers.CharField()
+    result = serializers.CharField()
+
+
+class OperationOutput(serializers.ModelSerializer):
+    resultId = serializers.CharField(source="result_id")  # noqa: N815
+    error = serializers.SerializerMethodField()
+    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
+    updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Operation
+        fields = ["id", "kind", "status", "resultId", "error", "createdAt", "updatedAt", "links"]
+
+    def get_error(self, operation: Operation) -> dict[str, str] | None:
+        if operation.status != Operation.Status.FAILED:
+            return None
+        return OperationErrorOutput(operation).data
+
+    def get_links(self, operation: Operation) -> dict[str, Any]:
+        return {"self": operation_path(operation.id), "result": result_path(operation)}
+
+
+def polling_headers(operation: Operation) -> dict[str, str]:
+    """``Location`` of the operation, and ``Retry-After`` while it is processing."""
+    headers = {"Location": operation_path(operation.id)}
+    if operation.status == Operation.Status.PROCESSING:
+        headers["Retry-After"] = str(POLL_AFTER_SECONDS)
+    return headers

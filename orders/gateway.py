@@ -1,0 +1,59 @@
+"""The payment provider, as our code sees it.
+
+A real provider (Stripe, Adyen, YooKassa…) implements :class:`PaymentGateway`;
+the built-in simulator (:mod:`orders.simulator`) does so for development and
+tests. Every call carries a provider idempotency key: the provider makes at
+most one charge or refund per key and answers repeats with the original
+result, which is what makes retrying a call whose answer was lost safe.
+"""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from operations.errors import TransientFailure
+
+
+class ProviderUnavailable(TransientFailure):
+    """The call's outcome is unknown (timeout, 5xx): retry it with the same key."""
+
+
+@dataclass(frozen=True)
+class ProviderResult:
+    charge_id: str
+    succeeded: bool
+    # The provider's reason for a refusal, such as "card_declined".
+    failure_code: str = ""
+
+
+class PaymentGateway(Protocol):
+    def charge(
+        self,
+        *,
+        provider_key: str,
+        payment_id: str,
+        amount: int,
+        currency: str,
+        payment_method: str,
+    ) -> ProviderResult:
+        """Charge once per ``provider_key``.
+
+        :raises ProviderUnavailable: the outcome is unknown.
+        """
+        ...
+
+    def refund(
+        self, *, provider_key: str, payment_id: str, amount: int, currency: str
+    ) -> ProviderResult:
+        """Refund once per ``provider_key``.
+
+        :raises ProviderUnavailable: the outcome is unknown.
+        """
+        ...
+
+
+def get_gateway() -> PaymentGateway:
+    """The configured provider (``PAYMENT_GATEWAY``, a dotted path to a class)."""
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    return import_string(settings.PAYMENT_GATEWAY)()

@@ -1,0 +1,31 @@
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from orders.models import ProviderLedgerEntry
+
+
+class Command(BaseCommand):
+    help = (
+        "Print every charge and refund of the payment provider simulator, one JSON object a line."
+    )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        for entry in ProviderLedgerEntry.objects.iterator():
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "chargeId": entry.charge_id,
+                        "kind": entry.kind,
+                        "providerKey": entry.provider_key,
+                        "paymentId": entry.payment_id,
+                        "amount": entry.amount,
+                        "currency": entry.currency,
+                        "paymentMethod": entry.payment_method,
+                        "succeeded": entry.succeeded,
+                        "failureCode": entry.failure_code or None,
+                        "createdAt": entry.created_at.isoformat(),
+                    }
+                )
+            )

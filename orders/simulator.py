@@ -1,0 +1,111 @@
+"""A payment provider simulator that behaves like a real one where it matters.
+
+Payment methods:
+
+- ``pm_card_ok``: the charge succeeds.
+- ``pm_card_declined``: the charge is refused with ``card_declined``.
+- ``pm_card_flaky``: the first call makes the charge but its answer is
+  lost (a timeout), the second answers 503, and later calls succeed with
+  the charge made by the first, which only a caller that reuses its
+  provider key gets right.
+
+It deduplicates by provider key and keeps its own ledger
+(``manage.py provider_ledger``) in transactions of its own, as a remote
+provider would. Like a remote call, it refuses to run inside the caller's
+database transaction: holding a transaction open across a network call
+would hold its locks for as long as the provider takes, and a rollback
+would not undo the charge. ``PAYMENT_PROVIDER_LATENCY`` (seconds) delays
+each call.
+"""
+
+import time
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from config.ids import new_id
+from orders.gateway import ProviderResult, ProviderUnavailable
+from orders.models import ProviderAttempt, ProviderLedgerEntry
+
+DECLINED = "pm_card_declined"
+FLAKY = "pm_card_flaky"
+# pm_card_flaky fails this many calls per key before it answers.
+FLAKY_FAILURES = 2
+
+
+class SimulatedProvider:
+    def charge(
+        self,
+        *,
+        provider_key: str,
+        payment_id: str,
+        amount: int,
+        currency: str,
+        payment_method: str,
+    ) -> ProviderResult:
+        attempt = self._count_attempt(provider_key)
+        if payment_method == FLAKY and attempt == FLAKY_FAILURES:
+            raise ProviderUnavailable("503 Service Unavailable")
+        entry = self._record_once(
+            provider_key=provider_key,
+            kind=ProviderLedgerEntry.Kind.CHARGE,
+            payment_id=payment_id,
+            amount=amount,
+            currency=currency,
+            payment_method=payment_method,
+            failure_code="card_declined" if payment_method == DECLINED else "",
+        )
+        if payment_method == FLAKY and attempt < FLAKY_FAILURES:
+            # The charge was made, but its answer never reaches the caller.
+            raise ProviderUnavailable("timed out")
+        return self._result(entry)
+
+    def refund(
+        self, *, provider_key: str, payment_id: str, amount: int, currency: str
+    ) -> ProviderResult:
+        self._count_attempt(provider_key)
+        entry = self._record_once(
+            provider_key=provider_key,
+            kind=ProviderLedgerEntry.Kind.REFUND,
+            payment_id=payment_id,
+            amount=amount,
+            currency=currency,
+            payment_method="",
+            failure_code="",
+        )
+        return self._result(entry)
+
+    @staticmethod
+    def _count_attempt(provider_key: str) -> int:
+        if transaction.get_connection().in_atomic_block:
+            raise RuntimeError("Call the payment provider outside any database transaction.")
+        time.sleep(settings.PAYMENT_PROVIDER_LATENCY)
+        with transaction.atomic():
+            attempt, _ = ProviderAttempt.objects.select_for_update().get_or_create(
+                provider_key=provider_key
+            )
+            attempt.count += 1
+            attempt.save(update_fields=["count"])
+        return attempt.count
+
+    @staticmethod
+    def _record_once(*, provider_key: str, **fields: object) -> ProviderLedgerEntry:
+        failure_code = str(fields.pop("failure_code"))
+        try:
+            with transaction.atomic():
+                return ProviderLedgerEntry.objects.create(
+                    charge_id=new_id("ch" if fields["kind"] == "charge" else "re"),
+                    provider_key=provider_key,
+                    succeeded=not failure_code,
+                    failure_code=failure_code,
+                    **fields,
+                )
+        except IntegrityError:
+            # A repeat of a call this provider already answered.
+            return ProviderLedgerEntry.objects.get(provider_key=provider_key)
+
+    @staticmethod
+    def _result(entry: ProviderLedgerEntry) -> ProviderResult:
+        return ProviderResult(
+            charge_id=entry.charge_id, succeeded=entry.succeeded, failure_code=entry.failure_code
+        )
