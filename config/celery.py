@@ -1,8 +1,13 @@
 """The Celery app: ``celery -A config worker`` and ``celery -A config beat``."""
 
 import os
+import time
+from typing import Any
 
-from celery import Celery
+import structlog
+from celery import Celery, Task, signals
+
+from config.tracing import new_trace_id
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -18,3 +23,27 @@ if app.conf.broker_url.startswith("sqla+"):
     # to SQLAlchemy's create_engine (which rejects this one), so the polling
     # interval is set on the transport class itself.
     sqlalchemy.Transport.polling_interval = 0.1
+
+
+# One log line per task, in the trace of the request that published it.
+
+_task_logger = structlog.get_logger("order_service.task")
+
+
+@signals.task_prerun.connect
+def _bind_task_context(task_id: str, task: Task, **kwargs: Any) -> None:
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(
+        trace_id=getattr(task.request, "trace_id", None) or new_trace_id(),
+        task=task.name,
+        task_id=task_id,
+    )
+    task.request.started_at = time.perf_counter()
+
+
+@signals.task_postrun.connect
+def _log_task(task: Task, state: str | None = None, **kwargs: Any) -> None:
+    started = getattr(task.request, "started_at", None)
+    duration = round((time.perf_counter() - started) * 1000, 2) if started else None
+    _task_logger.info("task", state=state, duration_ms=duration)
+    structlog.contextvars.clear_contextvars()

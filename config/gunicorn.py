@@ -2,6 +2,9 @@
 
 import multiprocessing
 import os
+import shutil
+import tempfile
+from typing import Any
 
 bind = os.environ.get("BIND", f"0.0.0.0:{os.environ.get('PORT', '8000')}")
 # The usual (2 x cores) + 1 sync workers; requests spend most of their time
@@ -20,3 +23,19 @@ max_requests = 2000
 max_requests_jitter = 200
 accesslog = None
 errorlog = "-"
+
+# Each worker process keeps its own metrics; prometheus_client's
+# multiprocess mode adds them up at /metrics. The directory must exist and
+# be empty before the workers import the app.
+if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="order-service-metrics-")
+
+
+def on_exit(server: Any) -> None:
+    shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)

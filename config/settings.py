@@ -12,6 +12,8 @@ from pathlib import Path
 
 import environ
 
+from config.logging import configure_structlog
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("VAR_DIR", default=str(BASE_DIR / "var")))
 
@@ -67,8 +69,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First, so that every response, errors included, carries X-Request-ID.
-    "config.middleware.RequestIdMiddleware",
+    # First, so that every response, errors included, carries X-Request-ID
+    # and is logged and measured.
+    "config.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.middleware.BodySizeLimitMiddleware",
@@ -176,6 +179,8 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         # slow task would be delivered twice; twice is harmless, only wasted.
         "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=300),
     }
+# Our JSON logging (below) applies to the worker too.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "sweep-stale-operations": {
@@ -251,6 +256,15 @@ LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "config.logging.json_formatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # Every request is logged once, by config.middleware; Django's own
+        # line per 4xx/5xx would repeat it (5xx tracebacks are still logged).
+        "django.request": {"level": "ERROR"},
+        "django.server": {"level": "ERROR"},
+    },
 }
+
+configure_structlog()

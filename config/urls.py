@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 
 from config import health
+from config.metrics import metrics_view
 
 urlpatterns = [
     path("v1/", include("orders.urls")),
     path("v1/", include("operations.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
 ]
 

@@ -29,12 +29,16 @@ nothing and stores nothing, so a retry executes it once.
 import functools
 import logging
 import math
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import rfc8785
+import structlog
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.http import HttpResponse
@@ -44,8 +48,14 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from accounts.models import Principal
-from config.exceptions import render_exception
-from idempotency.errors import IdempotencyKeyConflict, IdempotencyKeyInProgress
+from config.exceptions import ApplicationError, render_exception
+from config.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
+from idempotency.errors import (
+    IdempotencyKeyConflict,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyRequired,
+)
 from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched_pointers
 from idempotency.headers import HEADER, parse_idempotency_key
 from idempotency.models import IdempotencyKey
@@ -86,20 +96,64 @@ def idempotent_command(
     def decorate(method: Callable[..., Any]) -> Callable[..., HttpResponse]:
         @functools.wraps(method)
         def wrapper(view: V, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
-            command = _read_command(request)
-
             def execute() -> HttpResponse:
                 response = method(view, request, *args, **kwargs)
                 response = view.finalize_response(request, response, *args, **kwargs)
                 response.render()
                 return response
 
-            return run_command(command, execute, on_replay=on_replay)
+            name = command_name(request)
+            started = time.perf_counter()
+            outcome = Outcome.REFUSED
+            try:
+                response, outcome = run_command(
+                    _read_command(request), execute, on_replay=on_replay
+                )
+            except ApplicationError as exc:
+                outcome = _OUTCOME_OF_REFUSAL.get(type(exc), outcome)
+                raise
+            finally:
+                IDEMPOTENCY_OUTCOMES.labels(name, outcome).inc()
+                COMMAND_DURATION.labels(name).observe(time.perf_counter() - started)
+                # For the request's log line (config.middleware).
+                structlog.contextvars.bind_contextvars(command=name, idempotency_outcome=outcome)
+            return response
 
         wrapper.idempotent_command = True  # type: ignore[attr-defined]
         return wrapper
 
     return decorate(view_method) if view_method is not None else decorate
+
+
+class Outcome(StrEnum):
+    """What the idempotency layer did with a command (a metric label and log field)."""
+
+    EXECUTED = "executed"
+    REPLAYED = "replayed"
+    CONFLICT = "conflict"
+    IN_PROGRESS = "in_progress"
+    MISSING_KEY = "missing_key"
+    INVALID_KEY = "invalid_key"
+    # Refused before it started for another reason: media type, JSON.
+    REFUSED = "refused"
+
+
+_OUTCOME_OF_REFUSAL = {
+    IdempotencyKeyRequired: Outcome.MISSING_KEY,
+    IdempotencyKeyInvalid: Outcome.INVALID_KEY,
+    IdempotencyKeyConflict: Outcome.CONFLICT,
+    IdempotencyKeyInProgress: Outcome.IN_PROGRESS,
+}
+
+
+_PATH_PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
+
+
+def command_name(request: Request) -> str:
+    """``POST /v1/orders/{order_id}/cancel``: the route, not the path, to keep labels few."""
+    match = request.resolver_match
+    route = _PATH_PARAMETER.sub(r"{\1}", match.route) if match is not None else request.path
+    return f"{request.method} /{route.lstrip('/')}"
 
 
 def _read_command(request: Request) -> Command:
@@ -129,7 +183,7 @@ def run_command(
     execute: Callable[[], HttpResponse],
     *,
     on_replay: ReplayHook | None = None,
-) -> HttpResponse:
+) -> tuple[HttpResponse, Outcome]:
     """Execute ``execute`` at most once per key, and answer every copy alike.
 
     :raises IdempotencyKeyConflict: the key was used for another request.
@@ -143,12 +197,12 @@ def run_command(
             _forget(record)
             record = None
         if record is not None:
-            return _replay(command, record, on_replay)
+            return _replay(command, record, on_replay), Outcome.REPLAYED
         try:
             record = _claim_and_execute(command, execute)
         except _KeyTaken:
             continue
-        return _response_from(record, replayed=False)
+        return _response_from(record, replayed=False), Outcome.EXECUTED
     raise IdempotencyKeyInProgress(headers={"Retry-After": _retry_after()})
 
 

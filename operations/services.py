@@ -33,19 +33,22 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
     )
     # robust: a broker failure after commit must not turn the committed
     # command into an error; the sweep will publish it.
-    transaction.on_commit(partial(publish, operation.id), robust=True)
+    transaction.on_commit(partial(publish, operation.id, operation.trace_id), robust=True)
     return operation
 
 
-def publish(operation_id: str) -> bool:
+def publish(operation_id: str, trace_id: str = "") -> bool:
     """Send the operation's task to the broker; False if the broker is unreachable.
 
     Publishing twice is harmless: a worker must claim the operation first.
+    The trace id of the request that started the operation travels in the
+    message headers, so the task's log lines carry it.
     """
     try:
         celery_app.send_task(
             RUN_OPERATION_TASK,
             kwargs={"operation_id": operation_id},
+            headers={"trace_id": trace_id},
             retry=True,
             retry_policy=_PUBLISH_RETRY_POLICY,
         )
@@ -110,18 +113,18 @@ def sweep_stale_operations() -> int:
     died; returns how many were published.
     """
     now = timezone.now()
-    stale_ids = list(
+    stale = list(
         Operation.objects.filter(
             status=Operation.Status.PROCESSING,
             updated_at__lte=now - timedelta(seconds=settings.OPERATION_STALE_AFTER),
         )
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .order_by("updated_at")
-        .values_list("pk", flat=True)[:500]
+        .values_list("pk", "trace_id")[:500]
     )
     published = 0
-    for operation_id in stale_ids:
+    for operation_id, trace_id in stale:
         # Touched first, so the next sweep gives this attempt time to run.
         Operation.objects.filter(pk=operation_id).update(updated_at=now)
-        published += publish(operation_id)
+        published += publish(operation_id, trace_id)
     return published

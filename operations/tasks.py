@@ -1,6 +1,5 @@
 """Thin tasks: claim the operation, call one handler, decide about retrying."""
 
-import logging
 from typing import Any
 
 import structlog
@@ -11,7 +10,7 @@ from operations import services
 from operations.errors import TransientFailure
 from operations.registry import handler_for
 
-logger = logging.getLogger(__name__)
+logger = structlog.get_logger(__name__)
 
 # Retries back off exponentially up to this delay (seconds).
 MAX_BACKOFF = 60.0
@@ -23,16 +22,14 @@ def run_operation(self: Task, *, operation_id: str, **kwargs: Any) -> None:
     operation = services.claim_operation(operation_id)
     if operation is None:
         return  # finished already, or another worker holds it
-    with structlog.contextvars.bound_contextvars(
-        trace_id=operation.trace_id, operation_id=operation.id
-    ):
-        try:
-            handler_for(operation.kind)(operation)
-        except TransientFailure as exc:
-            services.release_operation(operation)
-            delay = min(settings.PAYMENT_RETRY_BACKOFF * 2**self.request.retries, MAX_BACKOFF)
-            logger.info("Operation %s will be retried in %.1fs: %s", operation.id, delay, exc)
-            raise self.retry(countdown=delay, exc=exc) from None
+    structlog.contextvars.bind_contextvars(operation_id=operation.id, kind=operation.kind)
+    try:
+        handler_for(operation.kind)(operation)
+    except TransientFailure as exc:
+        services.release_operation(operation)
+        delay = min(settings.PAYMENT_RETRY_BACKOFF * 2**self.request.retries, MAX_BACKOFF)
+        logger.info("operation will be retried", retry_in_s=delay, reason=str(exc))
+        raise self.retry(countdown=delay, exc=exc) from None
 
 
 @shared_task
