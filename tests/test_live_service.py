@@ -7,6 +7,7 @@
 """
 
 import json
+import time
 
 import pytest
 import requests
@@ -92,3 +93,36 @@ def test_the_embedded_default_executes_a_storm_once(embedded_service):
         timeout=10,
     ).json()
     assert sum(o["customerId"] == ORDER["customerId"] for o in listing["results"]) == 2
+
+
+def test_the_embedded_worker_charges_a_payment(embedded_service):
+    service, token = embedded_service
+    headers = {"Authorization": f"Bearer {token}"}
+    order = post(service, token, "pay-order", ORDER).json()["order"]
+    body = {"orderId": order["id"], "amount": order["totalAmount"], "currency": "RUB"}
+
+    accepted = requests.post(
+        service.url("/v1/payments"),
+        json={**body, "paymentMethod": "pm_card_ok"},
+        headers={**headers, "Idempotency-Key": "pay-1"},
+        timeout=30,
+    )
+    operation = poll(service, accepted.headers["Location"], headers)
+
+    assert accepted.status_code == 202
+    assert operation["status"] == "succeeded"
+    paid = requests.get(service.url(f"/v1/orders/{order['id']}"), headers=headers, timeout=10)
+    assert paid.json()["status"] == "paid"
+
+
+def poll(service, location: str, headers: dict) -> dict:
+    """Poll an operation as a client does, honouring Retry-After (bounded)."""
+    deadline = time.monotonic() + 30
+    while True:
+        response = requests.get(service.url(location), headers=headers, timeout=10)
+        operation = response.json()
+        if operation["status"] != "processing":
+            return operation
+        assert time.monotonic() < deadline, "operation still processing"
+        # The embedded broker is polled every 0.1 s; a client would wait Retry-After.
+        time.sleep(min(float(response.headers["Retry-After"]), 0.1))
