@@ -1,0 +1,174 @@
+"""Admin for the catalog, orders, payments and the provider simulator's records.
+
+Only the catalog is editable. Orders and payments change only through
+their commands (row locks, the one-live-payment constraint, forward-only
+statuses, the provider key derived from the payment): a form that wrote
+them directly would bypass every one of those guarantees, so their pages
+are for reading.
+"""
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+
+from accounts.admin import ReadOnlyAdminMixin
+from orders.models import Order, OrderItem, Payment, Product, ProviderAttempt, ProviderLedgerEntry
+
+
+@admin.register(Product)
+class ProductAdmin(admin.ModelAdmin):
+    """The catalog. Safe to edit: orders copy prices when placed, so past orders keep theirs."""
+
+    list_display = ("sku", "name", "unit_price", "currency")
+    list_filter = ("currency",)
+    search_fields = ("sku", "name")
+    ordering = ("sku",)
+    list_per_page = 100
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Product | None = None
+    ) -> tuple[str, ...]:
+        # The SKU is the primary key: the admin would save a changed one as
+        # a copy under the new SKU rather than rename the product.
+        return ("sku",) if obj is not None else ()
+
+
+class OrderItemInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = OrderItem
+    fields = ("position", "sku", "qty", "unit_price", "line_total")
+    readonly_fields = fields
+    extra = 0
+
+
+class PaymentInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = Payment
+    fields = (
+        "id",
+        "status",
+        "amount",
+        "currency",
+        "payment_method",
+        "failure_code",
+        "provider_charge_id",
+        "created_at",
+    )
+    readonly_fields = fields
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(Order)
+class OrderAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Orders, read-only: they change only through their commands (see the module docstring)."""
+
+    list_display = (
+        "id",
+        "tenant",
+        "customer_id",
+        "status",
+        "total_amount",
+        "currency",
+        "created_at",
+    )
+    list_select_related = ("tenant",)
+    list_filter = ("status",)
+    # Exact matches: ids are pasted whole, and an exact id is a primary key
+    # lookup where a substring search would scan the table.
+    search_fields = ("id__exact", "customer_id__exact")
+    search_help_text = "An order id or a customer id, exactly."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    list_per_page = 50
+    show_full_result_count = False
+    inlines = (OrderItemInline, PaymentInline)
+
+
+@admin.register(Payment)
+class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Payments, read-only.
+
+    A payment's status is written only by the worker that charged it, by
+    compare-and-set, together with its operation and order; editing it here
+    would desynchronise the three and could allow a second charge.
+    """
+
+    list_display = (
+        "id",
+        "order",
+        "tenant",
+        "status",
+        "amount",
+        "currency",
+        "payment_method",
+        "failure_code",
+        "created_at",
+    )
+    list_select_related = ("tenant", "order")
+    list_filter = ("status",)
+    search_fields = ("id__exact", "order__id__exact", "provider_charge_id__exact")
+    search_help_text = "A payment, order or provider charge id, exactly."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    list_per_page = 50
+    show_full_result_count = False
+
+
+class SimulatorRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The payment provider simulator's own records, read-only.
+
+    They stand for a remote provider's database, so we only look at them.
+    The page titles say whose they are, since the model names alone read
+    like our own payment tables.
+    """
+
+    def _title(self) -> str:
+        return f"Payment provider simulator: {self.model._meta.verbose_name_plural}"
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return super().changelist_view(request, {"title": self._title(), **(extra_context or {})})
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        return super().change_view(
+            request, object_id, form_url, {"title": self._title(), **(extra_context or {})}
+        )
+
+
+@admin.register(ProviderLedgerEntry)
+class ProviderLedgerEntryAdmin(SimulatorRecordAdmin):
+    list_display = (
+        "charge_id",
+        "kind",
+        "provider_key",
+        "payment_id",
+        "amount",
+        "currency",
+        "succeeded",
+        "failure_code",
+        "created_at",
+    )
+    list_filter = ("kind", "succeeded")
+    search_fields = ("charge_id__exact", "provider_key__exact", "payment_id__exact")
+    search_help_text = "A charge id, provider key or payment id, exactly."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-charge_id")
+    list_per_page = 50
+    show_full_result_count = False
+
+
+@admin.register(ProviderAttempt)
+class ProviderAttemptAdmin(SimulatorRecordAdmin):
+    list_display = ("provider_key", "count")
+    search_fields = ("provider_key__exact",)
+    search_help_text = "A provider key, exactly (charge-pay_… or refund-pay_…)."
+    ordering = ("provider_key",)
+    list_per_page = 50
+    show_full_result_count = False
