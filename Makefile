@@ -59,6 +59,11 @@ test: install-dev
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest $(PYTEST_ARGS)
 
+## bench: ratios of what idempotency costs, and 202-to-succeeded of a payment,
+## on PostgreSQL and Redis (a database of its own, order_service_bench).
+bench: install-dev
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench
+
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
