@@ -5,8 +5,10 @@ with ``DATABASE_URL`` naming the test database:
 
 - ``create``: POST /v1/orders in this process (the test kills it while the
   command waits on a lock the test holds).
-- ``hang``: POST to a command that never returns; prints ``started`` once the
-  command runs with its key claimed.
+- ``hang``: POST to a command that idles in its transaction; prints
+  ``started`` once the command runs with its key claimed.
+- ``stuck``: POST to a command stuck in a database statement (run with
+  ``PROBE_STUCK_SECONDS`` set).
 """
 
 import json
@@ -28,6 +30,9 @@ def main(mode: str, key: str, token: str) -> None:
 
     client = Client()
     headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key}
+    if mode == "stuck":
+        client.post("/v1/probes/stuck", "{}", content_type="application/json", headers=headers)
+        return
     if mode == "create":
         body = {"customerId": "crash", "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"}
         client.post(

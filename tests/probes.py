@@ -5,6 +5,7 @@ fails in its own code after writing, one under which the database fails,
 and one that runs until the test lets it finish.
 """
 
+import os
 import threading
 
 from django.db import connection
@@ -50,6 +51,27 @@ class DatabaseFailureCommand(APIView):
         return Response({"orderId": order.id}, status=201)
 
 
+class StuckCommand(APIView):
+    @idempotent_command
+    def post(self, request: Request) -> Response:
+        order = _write_order(request)
+        if seconds := os.environ.get("PROBE_STUCK_SECONDS"):
+            with connection.cursor() as cursor:
+                # A statement that does not end: the process is alive and busy.
+                cursor.execute("SELECT pg_sleep(%s)", [float(seconds)])
+        return Response({"orderId": order.id}, status=201)
+
+
+class TwoMethodCommand(APIView):
+    @idempotent_command
+    def post(self, request: Request) -> Response:
+        return Response({"method": "POST"}, status=201)
+
+    @idempotent_command
+    def delete(self, request: Request) -> Response:
+        return Response({"method": "DELETE"}, status=200)
+
+
 class SlowCommand(APIView):
     @idempotent_command
     def post(self, request: Request) -> Response:
@@ -63,5 +85,7 @@ urlpatterns = [
     path("v1/probes/failing", FailingCommand.as_view()),
     path("v1/probes/database-failure", DatabaseFailureCommand.as_view()),
     path("v1/probes/slow", SlowCommand.as_view()),
+    path("v1/probes/stuck", StuckCommand.as_view()),
+    path("v1/probes/two-methods", TwoMethodCommand.as_view()),
     path("", include("config.urls")),
 ]

@@ -99,3 +99,33 @@ def test_a_hung_process_releases_its_key_after_the_lock_timeout(api):
     assert retry.status_code == 201
     assert not retry.has_header("Idempotent-Replayed")
     assert Order.objects.count() == 1
+
+
+@pytest.mark.urls("tests.probes")
+@override_settings(IDEMPOTENCY_WAIT=10)
+def test_a_command_stuck_in_a_statement_releases_its_key_after_the_lock_timeout(api):
+    client = spawn(
+        "stuck", "stuck-key", api.token, IDEMPOTENCY_LOCK_TIMEOUT="1", PROBE_STUCK_SECONDS="60"
+    )
+    try:
+        wait_until(backend_sleeping)
+
+        retry = api.post("/v1/probes/stuck", {}, key="stuck-key")
+    finally:
+        client.kill()
+        client.wait(timeout=10)
+
+    # statement_timeout cancelled the statement after 1 s, which rolled the
+    # command back; the retry waited on the key, then executed once.
+    assert retry.status_code == 201
+    assert not retry.has_header("Idempotent-Replayed")
+    assert Order.objects.count() == 1
+
+
+def backend_sleeping() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep%%'"
+        )
+        return cursor.fetchone()[0] > 0

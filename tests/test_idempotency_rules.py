@@ -1,14 +1,17 @@
 """Contract section 3, one test (or a few) per rule, through the HTTP API."""
 
+import io
 import json
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
+from idempotency.tasks import purge_expired_keys
 from orders.models import Order
 from tests import probes
 from tests.conftest import run_concurrently
@@ -247,6 +250,22 @@ def test_a_failure_of_the_command_itself_is_a_final_500_stored_and_replayed(api)
 
 
 @pytest.mark.urls("tests.probes")
+def test_another_method_with_the_same_key_is_a_conflict(api):
+    api.post("/v1/probes/two-methods", {}, key="K")
+
+    response = api.client.generic(
+        "DELETE",
+        "/v1/probes/two-methods",
+        b"{}",
+        content_type="application/json",
+        headers=api.headers("K"),
+    )
+
+    assert response.status_code == 409
+    assert problem(response)["details"]["mismatch"] == ["/method"]
+
+
+@pytest.mark.urls("tests.probes")
 @pytest.mark.django_db(transaction=True)
 def test_a_database_failure_stores_nothing_and_the_retry_executes_once(api):
     probes.database_failures_left.set()
@@ -392,18 +411,33 @@ def test_purged_keys_are_new_keys(api, order_body):
     kept = api.post("/v1/orders", order_body, key="kept")
     IdempotencyKey.objects.filter(key="K").update(expires_at=timezone.now())
 
-    call_command("purge_idempotency_keys", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    out = io.StringIO()
+    call_command("purge_idempotency_keys", stdout=out)
+    left = list(IdempotencyKey.objects.values_list("key", flat=True))
     again = api.post("/v1/orders", order_body, key="K")
 
-    assert list(IdempotencyKey.objects.values_list("key", flat=True).order_by("key")) == [
-        "K",
-        "kept",
-    ]
+    assert "Purged 1 " in out.getvalue()
+    assert left == ["kept"]
     assert again.status_code == 201
     assert not again.has_header("Idempotent-Replayed")
     assert again.content != first.content
     assert api.post("/v1/orders", order_body, key="kept").content == kept.content
     assert Order.objects.count() == 3
+
+
+def test_the_periodic_task_purges_expired_keys(api, order_body):
+    api.post("/v1/orders", order_body, key="old")
+    api.post("/v1/orders", order_body, key="new")
+    IdempotencyKey.objects.filter(key="old").update(expires_at=timezone.now())
+
+    purged = purge_expired_keys.run()
+
+    assert purged == 1
+    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["new"]
+    schedule = {
+        entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()
+    }
+    assert schedule["idempotency.tasks.purge_expired_keys"] <= settings.IDEMPOTENCY_KEY_TTL
 
 
 def test_an_expired_key_not_yet_purged_is_a_new_key(api, order_body):

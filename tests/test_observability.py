@@ -38,7 +38,12 @@ def test_the_trace_of_a_request_reaches_the_task_it_publishes(
 ):
     caplog.set_level(logging.INFO)
     order = json.loads(api.post("/v1/orders", order_body, key="o").content)["order"]
-    body = {"orderId": order["id"], "amount": 3980, "currency": "RUB", "paymentMethod": "pm_card_ok"}
+    body = {
+        "orderId": order["id"],
+        "amount": 3980,
+        "currency": "RUB",
+        "paymentMethod": "pm_card_ok",
+    }
 
     accepted = api.post("/v1/payments", body, key="p", **{"X-Request-ID": "trace-pay"})
     finished_operation(json.loads(accepted.content)["operationId"])
