@@ -11,6 +11,13 @@ class PrincipalRateThrottle(SimpleRateThrottle):
 
     scope = "principal"
 
+    def get_rate(self) -> str | None:
+        # Read when the throttle is made, not when DRF's settings were first
+        # imported, so that the setting is the one in force.
+        from django.conf import settings
+
+        return settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].get(self.scope)
+
     def get_cache_key(self, request: Request, view: object) -> str | None:
         principal = request.user
         if principal is None:

@@ -126,3 +126,30 @@ def poll(service, location: str, headers: dict) -> dict:
         assert time.monotonic() < deadline, "operation still processing"
         # The embedded broker is polled every 0.1 s; a client would wait Retry-After.
         time.sleep(min(float(response.headers["Retry-After"]), 0.1))
+
+
+@pytest.fixture
+def throttled_service(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        db = connection.settings_dict
+    env = base_env(
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        SECRET_KEY=settings.SECRET_KEY,
+        API_THROTTLE_RATE="3/min",
+    )
+    with serve(env, web_workers=1) as service:
+        yield service
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_configured_rate_limit_answers_429_throttled(throttled_service, api):
+    headers = {"Authorization": f"Bearer {api.token}"}
+
+    statuses = [
+        requests.get(throttled_service.url("/v1/orders"), headers=headers, timeout=10)
+        for _ in range(4)
+    ]
+
+    assert [r.status_code for r in statuses] == [200, 200, 200, 429]
+    assert statuses[-1].json()["error"] == "Throttled"
+    assert int(statuses[-1].headers["Retry-After"]) > 0
