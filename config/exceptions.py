@@ -19,6 +19,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions as drf
+from rest_framework.serializers import as_serializer_error
 
 from config.tracing import current_trace_id
 
@@ -136,7 +137,7 @@ def render_exception(exc: BaseException) -> HttpResponse:
     elif isinstance(exc, DjangoPermissionDenied):
         exc = drf.PermissionDenied()
     elif isinstance(exc, DjangoValidationError):
-        exc = drf.ValidationError(detail=drf.as_serializer_error(exc))
+        exc = drf.ValidationError(detail=as_serializer_error(exc))
     elif isinstance(exc, RequestDataTooBig):
         return render_exception(PayloadTooLarge())
 

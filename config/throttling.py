@@ -1,3 +1,5 @@
+from typing import cast
+
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -16,7 +18,8 @@ class PrincipalRateThrottle(SimpleRateThrottle):
         # imported, so that the setting is the one in force.
         from django.conf import settings
 
-        return settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].get(self.scope)
+        rates = cast(dict[str, str | None], settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"])
+        return rates.get(self.scope)
 
     def get_cache_key(self, request: Request, view: object) -> str | None:
         principal = request.user

@@ -47,6 +47,7 @@ from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from accounts.authentication import principal_of
 from accounts.models import Principal
 from config.exceptions import ApplicationError, render_exception
 from config.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
@@ -174,7 +175,11 @@ def _read_command(request: Request) -> Command:
         # a string or member name holding an escaped lone UTF-16 surrogate.
         raise ParseError(f"The body has no canonical JSON form: {exc}") from None
     return Command(
-        principal=request.user, key=key, method=method, path=path, fingerprint=fingerprint
+        principal=principal_of(request),
+        key=key,
+        method=method,
+        path=path,
+        fingerprint=fingerprint,
     )
 
 

@@ -1,6 +1,7 @@
 """The ``Idempotency-Key`` request header."""
 
 import re
+from typing import Any
 
 import http_sf
 
@@ -24,9 +25,10 @@ def parse_idempotency_key(raw: str | None) -> str:
     value = raw.strip(" \t")
     if value.startswith('"'):
         try:
-            value, _params = http_sf.parse(value.encode("ascii"), tltype="item")
+            item: Any = http_sf.parse(value.encode("ascii"), tltype="item")
         except Exception:  # the parser signals bad input with assorted errors
             raise IdempotencyKeyInvalid() from None
+        value = item[0]
         if not isinstance(value, str):
             raise IdempotencyKeyInvalid()
     if not _VALID_KEY.fullmatch(value):

@@ -22,7 +22,9 @@ class OrderLineInput(StrictSerializer):
 
 class CreateOrderInput(StrictSerializer):
     customerId = StrictCharField(max_length=100)  # noqa: N815 - the wire name
-    items = OrderLineInput(many=True, allow_empty=False, max_length=MAX_ITEMS)
+    items: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=OrderLineInput(), allow_empty=False, max_length=MAX_ITEMS
+    )
     currency = serializers.RegexField(
         r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code such as RUB."}
     )

@@ -277,3 +277,15 @@ def test_health_endpoints_need_no_authentication(client, db):
     ready = client.get("/readyz")
     assert ready.status_code == 200
     assert body_of(ready)["checks"] == {"database": True, "broker": True}
+
+
+def test_djangos_own_validation_errors_render_as_contract_problems():
+    from django.core.exceptions import ValidationError as DjangoValidationError
+
+    from config.exceptions import render_exception
+
+    response = render_exception(DjangoValidationError({"customerId": ["Too long."]}))
+
+    assert response.status_code == 400
+    assert body_of(response)["error"] == "ValidationError"
+    assert body_of(response)["details"] == {"customerId": ["Too long."]}
