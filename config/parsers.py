@@ -66,4 +66,24 @@ class StrictJSONParser(JSONParser):
     """``application/json`` bodies, parsed by :func:`loads_strict`."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        return loads_strict(stream.read())
+        data = loads_strict(stream.read())
+        # Member names become JSON Pointers in the stored field digests of an
+        # idempotency key, and PostgreSQL text cannot hold U+0000: such a body
+        # would fail as it is stored (a 500) rather than be refused. No member
+        # of this API has such a name.
+        if _has_nul_member_name(data):
+            raise ParseError("JSON member names must not contain U+0000.")
+        return data
+
+
+def _has_nul_member_name(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if any("\x00" in name for name in item):
+                return True
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False

@@ -214,12 +214,84 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Order service",
-    "DESCRIPTION": "Idempotent REST commands for orders and payments.",
+    "DESCRIPTION": """\
+Idempotent REST commands for orders and payments.
+
+## Authentication
+Every request to `/v1/` (this schema aside) carries `Authorization: Bearer <token>`.
+A principal belongs to one tenant and sees only that tenant's orders, payments and
+operations: another tenant's resource is answered `404`, like a missing one.
+
+## Idempotent commands
+Every `POST` is a command and requires an `Idempotency-Key` header: 1 to 255 visible
+ASCII characters, plain (`7f2c…`) or as a structured-field string (`"7f2c…"`).
+A key belongs to (tenant, principal, key). The service stores a SHA-256 fingerprint of
+the method, the route with its path parameters and the RFC 8785 canonical body.
+
+- **Replay.** The same key with the same request executes nothing and answers the
+  stored response (same status, body bytes, `Content-Type` and `Location`) with
+  `Idempotent-Replayed: true`, for successes and final failures (400
+  `ValidationError`, 409, 422, 500) alike. Commands answered `202` replay their ids
+  and links with the operation's current `status`.
+- **Conflict.** The same key with another body, endpoint or path parameter executes
+  nothing and answers `409 IdempotencyKeyConflict`; `details.mismatch` lists what
+  differs as JSON Pointers (`/items/0/qty`, `/currency`, `/method`, `/path`), never
+  the values.
+- **In flight.** A copy of a command still executing waits up to `IDEMPOTENCY_WAIT`
+  (default 2 s) for its replay, then answers `409 IdempotencyKeyInProgress` with
+  `Retry-After`. It never executes twice.
+- **Not stored.** Requests refused before the command starts (authentication, a
+  missing or malformed key, malformed JSON, media type, size) store nothing.
+- **Retention.** A completed key is kept for `IDEMPOTENCY_KEY_TTL` seconds (default
+  86400, 24 h) and then purged; after that the same key is a new key.
+
+## Asynchronous commands
+Payments and refunds answer `202` with `Location: /v1/operations/op_…` and
+`Retry-After`; poll the operation until its `status` is `succeeded` or `failed`.
+
+## Errors
+Every error is `application/problem+json` with `type`, `title`, `status`, `error` (a
+stable PascalCase code), `message`, `traceId` (the response's `X-Request-ID`) and
+optional `details`.
+
+## Lists
+Cursor-paginated, newest first: `{"results": […], "next": url|null, "previous": url|null}`.
+""",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its pages are public (contract §2); a stale or wrong
+    # token must not break them, so they authenticate nobody.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    # Served from our own static files: the docs work with no internet access.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # validatorUrl would send the schema's URL to swagger.io.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "TAGS": [
+        {"name": "orders", "description": "Place, read and cancel orders."},
+        {"name": "payments", "description": "Pay orders; charged asynchronously."},
+        {"name": "operations", "description": "Poll asynchronous work."},
+    ],
+    # Several models have a `status`; each enum gets its model's name.
+    "ENUM_NAME_OVERRIDES": {
+        "OrderStatusEnum": "orders.models.Order.Status",
+        "PaymentStatusEnum": "orders.models.Payment.Status",
+        "OperationStatusEnum": "operations.models.Operation.Status",
+        "OperationKindEnum": "operations.models.Operation.Kind",
+        "CommandStatusEnum": ["succeeded"],
+    },
+    # Ids in paths (config.converters.ResourceIdConverter).
+    "PATH_CONVERTER_OVERRIDES": {
+        "id": {"type": "string", "pattern": "^[a-z]{1,8}_[0-9a-z]{1,40}$"},
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.openapi.camel_case_path_parameters",
+        "config.openapi.require_every_output_field",
+        "config.openapi.add_links",
+    ],
 }
 
 # Bodies over 1 MiB are refused with 413 PayloadTooLarge (contract).

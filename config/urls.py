@@ -1,12 +1,21 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, register_converter
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from config import health
+from config.converters import ResourceIdConverter
 from config.metrics import metrics_view
+
+# Before the apps' URLs are included: they use it for every id in a path.
+register_converter(ResourceIdConverter, "id")
 
 urlpatterns = [
     path("v1/", include("orders.urls")),
     path("v1/", include("operations.urls")),
+    # Public, offline docs (SPECTACULAR_SETTINGS: no authentication, sidecar assets).
+    path("v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

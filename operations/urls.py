@@ -3,5 +3,5 @@ from django.urls import path
 from operations import views
 
 urlpatterns = [
-    path("operations/<str:operation_id>", views.OperationDetail.as_view(), name="operation"),
+    path("operations/<id:operation_id>", views.OperationDetail.as_view(), name="operation"),
 ]

@@ -289,3 +289,21 @@ def test_djangos_own_validation_errors_render_as_contract_problems():
     assert response.status_code == 400
     assert body_of(response)["error"] == "ValidationError"
     assert body_of(response)["details"] == {"customerId": ["Too long."]}
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/orders/ord%00x", "/v1/payments/%00", "/v1/operations/op_" + "a" * 3000],
+)
+def test_a_path_id_that_cannot_name_a_resource_is_not_found(api, path):
+    response = api.get(path)
+
+    assert response.status_code == 404
+    assert body_of(response)["error"] == "NotFound"
+
+
+def test_cancelling_through_a_malformed_id_stores_no_key(api):
+    response = api.post("/v1/orders/%00/cancel", {}, key="K")
+
+    assert response.status_code == 404
+    assert IdempotencyKey.objects.count() == 0
