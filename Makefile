@@ -6,6 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 PORT ?= 8000
+PACKAGES := accounts config idempotency operations orders
 
 # Tests run on PostgreSQL and a real broker; these default to the local servers.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service
@@ -51,10 +52,11 @@ run: install
 	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
 	   $(BIN)/gunicorn -c config/gunicorn.py config.wsgi:application
 
-## test: lint, then the whole suite on PostgreSQL and Redis.
+## test: lint and type-check, then the whole suite on PostgreSQL and Redis.
 test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(PACKAGES)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest $(PYTEST_ARGS)
@@ -67,6 +69,7 @@ bench: install-dev
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(PACKAGES)
 
 fmt: install-dev
 	$(BIN)/ruff check --fix .

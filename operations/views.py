@@ -3,6 +3,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.authentication import principal_of
 from config.openapi import not_found, path_id, read_schema
 from operations.selectors import get_operation
 from operations.serializers import OperationOutput, polling_headers
@@ -25,7 +26,7 @@ class OperationDetail(APIView):
         retry_after=True,
     )
     def get(self, request: Request, operation_id: str) -> Response:
-        operation = get_operation(tenant=request.user.tenant, operation_id=operation_id)
+        operation = get_operation(tenant=principal_of(request).tenant, operation_id=operation_id)
         headers = polling_headers(operation)
         headers.pop("Location")
         return Response(OperationOutput(operation).data, headers=headers)

@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.authentication import principal_of
 from config.openapi import (
     CURSOR,
     PAGE_SIZE,
@@ -80,7 +81,9 @@ class OrderCollection(APIView):
         payload = CreateOrderInput(data=request.data)
         payload.is_valid(raise_exception=True)
 
-        order = services.create_order(tenant=request.user.tenant, new_order=payload.to_new_order())
+        order = services.create_order(
+            tenant=principal_of(request).tenant, new_order=payload.to_new_order()
+        )
 
         return Response(
             OrderCommandOutput(OrderCommandOutput.of(order)).data,
@@ -101,7 +104,9 @@ class OrderCollection(APIView):
     )
     def get(self, request: Request) -> Response:
         paginator = NewestFirstCursorPagination()
-        page = paginator.paginate_queryset(orders_of(tenant=request.user.tenant), request, self)
+        page = paginator.paginate_queryset(
+            orders_of(tenant=principal_of(request).tenant), request, self
+        )
         return paginator.get_paginated_response(OrderOutput(page, many=True).data)
 
 
@@ -116,7 +121,7 @@ class OrderDetail(APIView):
         parameters=[path_id("order_id", "ord")],
     )
     def get(self, request: Request, order_id: str) -> Response:
-        order = get_order(tenant=request.user.tenant, order_id=order_id)
+        order = get_order(tenant=principal_of(request).tenant, order_id=order_id)
         return Response(OrderOutput(order).data)
 
 
@@ -158,7 +163,7 @@ class OrderCancel(APIView):
         payload.is_valid(raise_exception=True)
 
         cancellation = services.cancel_order(
-            tenant=request.user.tenant,
+            tenant=principal_of(request).tenant,
             order_id=order_id,
             reason=payload.validated_data.get("reason", ""),
         )
@@ -239,7 +244,7 @@ class PaymentCollection(APIView):
         payload.is_valid(raise_exception=True)
 
         payment, operation = payments.start_payment(
-            tenant=request.user.tenant, new_payment=payload.to_new_payment()
+            tenant=principal_of(request).tenant, new_payment=payload.to_new_payment()
         )
 
         return Response(
@@ -260,5 +265,5 @@ class PaymentDetail(APIView):
         parameters=[path_id("payment_id", "pay")],
     )
     def get(self, request: Request, payment_id: str) -> Response:
-        payment = get_payment(tenant=request.user.tenant, payment_id=payment_id)
+        payment = get_payment(tenant=principal_of(request).tenant, payment_id=payment_id)
         return Response(PaymentOutput(payment).data)
