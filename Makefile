@@ -40,13 +40,13 @@ run: install
 	@$(PY) manage.py collectstatic --noinput -v0
 	@token=$$($(PY) manage.py create_api_client demo demo 2>/dev/null | tail -n 1); \
 	 trap 'kill 0' INT TERM EXIT; \
-	 $(BIN)/celery -A config worker --beat --pool=solo --loglevel=WARNING \
+	 $(BIN)/celery -A config worker --beat --pool=solo --loglevel=INFO \
 	   --schedule=var/celerybeat-schedule & \
 	 printf '\nOrder service on http://127.0.0.1:$(PORT) (docs: /docs/)\n'; \
 	 printf 'Demo API token: %s\n\n' "$$token"; \
 	 printf 'curl -si http://127.0.0.1:$(PORT)/v1/orders \\\n'; \
 	 printf '  -H "Authorization: Bearer %s" \\\n' "$$token"; \
-	 printf '  -H "Idempotency-Key: $$(uuidgen || cat /proc/sys/kernel/random/uuid)" \\\n'; \
+	 printf '  -H "Idempotency-Key: $$(python3 -c %s)" \\\n' "'import uuid; print(uuid.uuid4())'"; \
 	 printf '  -H "Content-Type: application/json" \\\n'; \
 	 printf '  -d %s\n\n' "'{\"customerId\": \"c-1\", \"items\": [{\"sku\": \"ABC\", \"qty\": 2}], \"currency\": \"RUB\"}'"; \
 	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
