@@ -115,10 +115,6 @@ class Payment(models.Model):
         """
         return f"charge-{self.id}"
 
-    @property
-    def refund_provider_key(self) -> str:
-        return f"refund-{self.id}"
-
 
 # --- The payment provider simulator's own records --------------------------
 # These belong to the simulated provider, not to us: they stand for the

@@ -160,15 +160,26 @@ def refund_order(operation: Operation) -> None:
     """
     payment = Payment.objects.get(order_id=operation.result_id, status=Payment.Status.SUCCEEDED)
     result = get_gateway().refund(
-        provider_key=payment.refund_provider_key,
+        # Derived from the refund operation: its retries and redeliveries are
+        # one refund, and a new refund after a declined one is a new call.
+        provider_key=f"refund-{operation.id}",
         payment_id=payment.id,
         amount=payment.amount,
         currency=payment.currency,
     )
     now = timezone.now()
     with transaction.atomic():
-        if not finish_operation(operation, succeeded=result.succeeded):
+        if not finish_operation(
+            operation,
+            succeeded=result.succeeded,
+            error_code="" if result.succeeded else "RefundDeclined",
+            error_message=""
+            if result.succeeded
+            else f"The provider declined the refund ({result.failure_code}).",
+        ):
             return
+        if not result.succeeded:
+            return  # the order stays paid; cancelling again starts a new refund
         Payment.objects.filter(pk=payment.pk).update(status=Payment.Status.REFUNDED, updated_at=now)
         Order.objects.filter(pk=payment.order_id).update(
             status=Order.Status.CANCELLED, updated_at=now
