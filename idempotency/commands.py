@@ -27,7 +27,6 @@ nothing and stores nothing, so a retry executes it once.
 """
 
 import functools
-import logging
 import math
 import re
 import time
@@ -60,8 +59,6 @@ from idempotency.errors import (
 from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched_pointers
 from idempotency.headers import HEADER, parse_idempotency_key
 from idempotency.models import IdempotencyKey
-
-logger = logging.getLogger(__name__)
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Headers of a command's response that are part of its answer and replayed
