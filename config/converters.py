@@ -2,14 +2,15 @@
 
 
 class ResourceIdConverter:
-    """An id in a path: a type prefix and base-36 characters (``ord_3k9…``).
+    """An id in a path: up to 64 URL-safe characters (ours are ``ord_3k9…``).
 
-    Anything else cannot name a resource, so it does not match and the
-    request gets the routing 404, before it can reach the database with a
-    value PostgreSQL refuses (a NUL byte) or a path longer than we store.
+    A segment that no id can be (a NUL byte, which PostgreSQL refuses, or a
+    path longer than we store) does not match, so it gets the routing 404
+    before it reaches the database. Any other unknown id is routed as usual:
+    authenticated first, then answered 404 like a missing resource.
     """
 
-    regex = r"[a-z]{1,8}_[0-9a-z]{1,40}"
+    regex = r"[A-Za-z0-9._~-]{1,64}"
 
     def to_python(self, value: str) -> str:
         return value

@@ -284,7 +284,7 @@ Cursor-paginated, newest first: `{"results": […], "next": url|null, "previous"
     },
     # Ids in paths (config.converters.ResourceIdConverter).
     "PATH_CONVERTER_OVERRIDES": {
-        "id": {"type": "string", "pattern": "^[a-z]{1,8}_[0-9a-z]{1,40}$"},
+        "id": {"type": "string", "pattern": "^[A-Za-z0-9._~-]{1,64}$"},
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -307,3 +307,10 @@ def test_cancelling_through_a_malformed_id_stores_no_key(api):
 
     assert response.status_code == 404
     assert IdempotencyKey.objects.count() == 0
+
+
+def test_an_unknown_id_without_a_token_is_unauthenticated(client, db):
+    response = client.get("/v1/orders/does-not-exist")
+
+    assert response.status_code == 401
+    assert body_of(response)["error"] == "NotAuthenticated"
