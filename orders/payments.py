@@ -17,7 +17,7 @@ from operations.models import Operation
 from operations.registry import performs
 from operations.services import finish_operation, start_operation
 from orders.errors import CurrencyMismatch, OrderStateConflict
-from orders.gateway import get_gateway
+from orders.gateway import ProviderResult, get_gateway
 from orders.models import Order, Payment
 
 
@@ -118,14 +118,7 @@ def charge_payment(operation: Operation) -> None:
     )
     now = timezone.now()
     with transaction.atomic():
-        if not finish_operation(
-            operation,
-            succeeded=result.succeeded,
-            error_code="" if result.succeeded else "PaymentDeclined",
-            error_message=""
-            if result.succeeded
-            else f"The provider declined the payment ({result.failure_code}).",
-        ):
+        if not _finish(operation, result, declined="PaymentDeclined", what="payment"):
             return  # another attempt recorded the outcome first
         Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
             status=Payment.Status.SUCCEEDED if result.succeeded else Payment.Status.FAILED,
@@ -169,18 +162,23 @@ def refund_order(operation: Operation) -> None:
     )
     now = timezone.now()
     with transaction.atomic():
-        if not finish_operation(
-            operation,
-            succeeded=result.succeeded,
-            error_code="" if result.succeeded else "RefundDeclined",
-            error_message=""
-            if result.succeeded
-            else f"The provider declined the refund ({result.failure_code}).",
-        ):
-            return
+        if not _finish(operation, result, declined="RefundDeclined", what="refund"):
+            return  # another attempt recorded the outcome first
         if not result.succeeded:
             return  # the order stays paid; cancelling again starts a new refund
         Payment.objects.filter(pk=payment.pk).update(status=Payment.Status.REFUNDED, updated_at=now)
         Order.objects.filter(pk=payment.order_id).update(
             status=Order.Status.CANCELLED, updated_at=now
         )
+
+
+def _finish(operation: Operation, result: ProviderResult, *, declined: str, what: str) -> bool:
+    """Record the provider's answer on the operation; False if it was finished already."""
+    if result.succeeded:
+        return finish_operation(operation, succeeded=True)
+    return finish_operation(
+        operation,
+        succeeded=False,
+        error_code=declined,
+        error_message=f"The provider declined the {what} ({result.failure_code}).",
+    )
