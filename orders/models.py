@@ -143,6 +143,7 @@ class ProviderLedgerEntry(models.Model):
 
     class Meta:
         ordering = ["created_at", "charge_id"]
+        verbose_name_plural = "provider ledger entries"
 
     def __str__(self) -> str:
         return f"{self.kind} {self.charge_id} ({self.provider_key})"
