@@ -104,3 +104,24 @@ def base_env(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(overrides)
     return env
+
+
+def test_database_url() -> str:
+    """The URL of pytest-django's test database, for processes started by a test."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+test_database_url.__test__ = False  # type: ignore[attr-defined]  # not a test
+
+
+def test_database_env(**overrides: str) -> dict[str, str]:
+    """A service process's environment on the test database, signing as the tests do."""
+    from django.conf import settings
+
+    return base_env(DATABASE_URL=test_database_url(), SECRET_KEY=settings.SECRET_KEY, **overrides)
+
+
+test_database_env.__test__ = False  # type: ignore[attr-defined]  # not a test

@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,25 +14,16 @@ from django.test import override_settings
 from idempotency.models import IdempotencyKey
 from orders.models import Order
 from tests import probes
+from tests.live import ROOT, test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def database_url() -> str:
-    settings_dict = connection.settings_dict
-    return (
-        f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:{settings_dict['PORT']}"
-        f"/{settings_dict['NAME']}"
-    )
 
 
 def spawn(mode: str, key: str, token: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.crashing_client", mode, key, token],
         cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url(), **env},
+        env={**os.environ, "DATABASE_URL": test_database_url(), **env},
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -57,7 +47,7 @@ def backend_waiting_on_a_lock() -> bool:
 
 
 def test_a_process_killed_between_claim_and_commit_leaves_no_stuck_key(api, order_body):
-    with psycopg.connect(database_url()) as locker:
+    with psycopg.connect(test_database_url()) as locker:
         # Hold the orders table so the client's command stops after it has
         # claimed its key and before it commits.
         locker.execute("LOCK TABLE orders_order IN ACCESS EXCLUSIVE MODE")

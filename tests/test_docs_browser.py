@@ -7,15 +7,12 @@ actually render from our own files and never call another host.
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from django.conf import settings
-from django.db import connection
 from playwright.sync_api import Browser, Page, Request, Response, sync_playwright
 
-from tests.live import ROOT, LiveService, base_env, manage, serve
+from tests.live import ROOT, LiveService, manage, serve, test_database_env
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Debian's chromium, headless, with everything that would phone home off.
@@ -33,14 +30,8 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 
 
 @pytest.fixture(scope="module")
-def docs_service(django_db_setup: None, django_db_blocker: Any) -> Iterator[LiveService]:
-    with django_db_blocker.unblock():
-        db = connection.settings_dict
-    env = base_env(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        SECRET_KEY=settings.SECRET_KEY,
-        DEBUG="0",
-    )
+def docs_service(django_db_setup: None) -> Iterator[LiveService]:
+    env = test_database_env(DEBUG="0")
     # Into the project's staticfiles/ (gitignored): gunicorn reads STATIC_ROOT
     # from the settings module, which has no other place for it.
     manage("collectstatic", "--noinput", "-v0", env=env)

@@ -16,7 +16,6 @@ import pytest
 import schemathesis
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
@@ -25,7 +24,7 @@ from config.celery import app as celery_app
 from config.openapi import IDEMPOTENCY_KEY_PATTERN
 from idempotency.models import IdempotencyKey
 from tests.conftest import Api
-from tests.live import LiveService, base_env, serve
+from tests.live import LiveService, serve, test_database_env
 
 # Enough to reach every branch of every operation's schema, and to keep this
 # module near half a minute on two cores (300 of each found nothing more).
@@ -36,14 +35,10 @@ STEPS_PER_WORKFLOW = 6
 
 @pytest.fixture(scope="module")
 def fuzz_service(
-    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveService]:
-    with django_db_blocker.unblock():
-        db = connection.settings_dict
-    env = base_env(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+    env = test_database_env(
         CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
-        SECRET_KEY=settings.SECRET_KEY,
         VAR_DIR=str(tmp_path_factory.mktemp("var")),
         DEBUG="0",
     )

@@ -11,12 +11,10 @@ import time
 
 import pytest
 import requests
-from django.conf import settings
-from django.db import connection
 
 from orders.models import Order
 from tests.conftest import ORDER, run_concurrently
-from tests.live import base_env, manage, serve
+from tests.live import base_env, manage, serve, test_database_env
 
 
 def post(service, token: str, key: str, body: dict) -> requests.Response:
@@ -33,14 +31,8 @@ def post(service, token: str, key: str, body: dict) -> requests.Response:
 
 
 @pytest.fixture(scope="module")
-def postgres_service(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        db = connection.settings_dict
-    env = base_env(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        SECRET_KEY=settings.SECRET_KEY,
-    )
-    with serve(env, web_workers=4) as service:
+def postgres_service(django_db_setup):
+    with serve(test_database_env(), web_workers=4) as service:
         yield service
 
 
@@ -129,15 +121,8 @@ def poll(service, location: str, headers: dict) -> dict:
 
 
 @pytest.fixture
-def throttled_service(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        db = connection.settings_dict
-    env = base_env(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        SECRET_KEY=settings.SECRET_KEY,
-        API_THROTTLE_RATE="3/min",
-    )
-    with serve(env, web_workers=1) as service:
+def throttled_service(django_db_setup):
+    with serve(test_database_env(API_THROTTLE_RATE="3/min"), web_workers=1) as service:
         yield service
 
 

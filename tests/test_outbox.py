@@ -5,8 +5,6 @@ from datetime import timedelta
 
 import pytest
 import requests
-from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from config.celery import app
@@ -14,7 +12,7 @@ from operations.models import Operation
 from operations.services import claim_operation, publish, sweep_stale_operations
 from orders.models import ProviderLedgerEntry
 from tests.conftest import running_worker
-from tests.live import base_env, serve
+from tests.live import serve, test_database_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,13 +36,8 @@ def pay(api, key: str = "p") -> dict:
 
 @pytest.fixture
 def service_with_broker_down(django_db_setup):
-    db = connection.settings_dict
-    env = base_env(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        # Nothing listens on port 1: every publish fails.
-        CELERY_BROKER_URL="redis://127.0.0.1:1/0",
-        SECRET_KEY=settings.SECRET_KEY,
-    )
+    # Nothing listens on port 1: every publish fails.
+    env = test_database_env(CELERY_BROKER_URL="redis://127.0.0.1:1/0")
     with serve(env, web_workers=1) as service:
         yield service
 
