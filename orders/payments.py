@@ -118,6 +118,7 @@ def charge_payment(operation: Operation) -> None:
     )
     now = timezone.now()
     with transaction.atomic():
+        _lock_order(payment.order_id)
         if not _finish(operation, result, declined="PaymentDeclined", what="payment"):
             return  # another attempt recorded the outcome first
         Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
@@ -162,6 +163,7 @@ def refund_order(operation: Operation) -> None:
     )
     now = timezone.now()
     with transaction.atomic():
+        _lock_order(payment.order_id)
         if not _finish(operation, result, declined="RefundDeclined", what="refund"):
             return  # another attempt recorded the outcome first
         if not result.succeeded:
@@ -182,3 +184,14 @@ def _finish(operation: Operation, result: ProviderResult, *, declined: str, what
         error_code=declined,
         error_message=f"The provider declined the {what} ({result.failure_code}).",
     )
+
+
+def _lock_order(order_id: str) -> None:
+    """Take the order's row lock first, as the commands do.
+
+    A command holding the order's lock may be inserting a payment, which
+    waits on this payment's row in payment_one_live_per_order; were the
+    payment updated before the order is locked, each would wait for the
+    other (a deadlock, and a 500 for the command).
+    """
+    Order.objects.select_for_update().filter(pk=order_id).values_list("pk", flat=True).first()

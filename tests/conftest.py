@@ -51,6 +51,23 @@ class Api:
         return self.client.get(path, headers=self.headers(**headers))
 
 
+def wait_until(condition, timeout: float = 10.0) -> None:
+    """Poll a condition the database exposes no event for."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def backend_waiting_on_a_lock() -> bool:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
 @pytest.fixture
 def catalog(db: None) -> None:
     call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
@@ -14,6 +13,7 @@ from django.test import override_settings
 from idempotency.models import IdempotencyKey
 from orders.models import Order
 from tests import probes
+from tests.conftest import backend_waiting_on_a_lock, wait_until
 from tests.live import ROOT, test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,23 +27,6 @@ def spawn(mode: str, key: str, token: str, **env: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_until(condition, timeout: float = 10.0) -> None:
-    """Poll a condition the database exposes no event for."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
-def backend_waiting_on_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return cursor.fetchone()[0] > 0
 
 
 def test_a_process_killed_between_claim_and_commit_leaves_no_stuck_key(api, order_body):

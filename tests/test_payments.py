@@ -2,17 +2,20 @@
 
 import io
 import json
+import threading
 
+import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 
 from operations.models import Operation
 from operations.services import finish_operation
 from operations.tasks import run_operation
 from orders.models import Order, Payment, ProviderAttempt
 from orders.payments import charge_payment
-from tests.conftest import run_concurrently
+from tests.conftest import backend_waiting_on_a_lock, run_concurrently, wait_until
+from tests.live import test_database_url
 
 # Transactional: the provider refuses to be called inside a transaction, as
 # a remote call must never be, and a test transaction would wrap it in one.
@@ -332,3 +335,33 @@ def test_a_late_result_cannot_move_a_finished_operation_back(api, order_body):
     assert operation.error_code == ""
     assert Payment.objects.get().status == Payment.Status.SUCCEEDED
     assert len(ledger()) == 1
+
+
+def test_a_finishing_charge_waits_for_the_order_before_touching_the_payment(api, order_body):
+    order = place_order(api, order_body)
+    accepted = body_of(api.post("/v1/payments", payment_body(order), key="p"))
+
+    def perform() -> None:
+        try:
+            run_operation.run(operation_id=accepted["operationId"])
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=perform)
+
+    with psycopg.connect(test_database_url()) as command:
+        # A command holding the order, as a new payment or a cancel does.
+        command.execute("SELECT 1 FROM orders_order WHERE id = %s FOR UPDATE", [order["id"]])
+        worker.start()
+        wait_until(backend_waiting_on_a_lock)
+        # The worker waits on the order, not holding the payment: the
+        # command could insert a payment without waiting for the worker.
+        with psycopg.connect(test_database_url()) as probe:
+            probe.execute(
+                "SELECT 1 FROM orders_payment WHERE id = %s FOR UPDATE NOWAIT",
+                [accepted["paymentId"]],
+            )
+    worker.join(timeout=30)
+
+    assert Operation.objects.get().status == Operation.Status.SUCCEEDED
+    assert Order.objects.get().status == Order.Status.PAID
