@@ -195,10 +195,11 @@ class Refusal:
 
 
 MALFORMED_JSON = Refusal(
-    drf.ParseError("The body is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+    drf.ParseError("The body is not valid JSON: Expecting value (line 1, column 1)."),
     "the body is not JSON, or not I-JSON (RFC 7493: UTF-8, unique member names, "
-    "integers within ±(2^53 - 1), no lone surrogates), or a member name holds U+0000. "
-    "Not stored: nothing executed.",
+    "integers within ±(2^53 - 1), numbers within the range of a double, no lone "
+    "surrogates), its arrays and objects nest deeper than 256 levels, or a member name "
+    "holds U+0000. Not stored: nothing executed.",
 )
 KEY_REQUIRED = Refusal(
     IdempotencyKeyRequired(),

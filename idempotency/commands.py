@@ -36,7 +36,6 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
 
-import rfc8785
 import structlog
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
@@ -167,10 +166,10 @@ def _read_command(request: Request) -> Command:
     method, path = request.method or "", request.path
     try:
         fingerprint = fingerprint_request(method=method, path=path, body=request.data)
-    except (rfc8785.CanonicalizationError, UnicodeError) as exc:
-        # The parser admits only I-JSON; this is what it cannot see, such as
-        # a string or member name holding an escaped lone UTF-16 surrogate.
-        raise ParseError(f"The body has no canonical JSON form: {exc}") from None
+    except ValueError:
+        # The parser admits only I-JSON, which always has a canonical form;
+        # this guards the promise that no such body reaches a command.
+        raise ParseError("The body has no canonical JSON form (RFC 8785).") from None
     return Command(
         principal=principal_of(request),
         key=key,

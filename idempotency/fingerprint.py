@@ -5,27 +5,44 @@ parameters) and its body in the RFC 8785 canonical form, so member order,
 white space and number spelling (``2`` and ``2.0``) do not matter, and any
 change of a value does.
 
-Beside the fingerprint we keep a keyed digest (HMAC) of each part of the
-body, addressed by JSON Pointer. When a key is reused with another body,
+Beside the fingerprint we keep a keyed digest (HMAC) of parts of the body,
+addressed by JSON Pointer. When a key is reused with another body,
 comparing the digests names the parts that differ (``/items/0/qty``)
 without the server storing the body, and the key (derived from
 ``SECRET_KEY``) keeps small values such as a quantity from being guessed
 back from their digest.
+
+Both cost time linear in the size of the body, whatever its shape, because
+a hostile client chooses the shape: the fingerprint is one canonical pass
+over the request, and the field digests are a Merkle tree (each part is
+hashed with its chosen children replaced by their digests, so no byte of
+the body is canonicalised twice). The digests are computed only when they
+are needed: when a key is claimed, and when a conflict must name its
+differences; a replay needs the fingerprint alone.
 """
 
 import hashlib
+import heapq
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import islice
 from typing import Any
 
-import rfc8785
 from django.utils.crypto import salted_hmac
 
-# Enough to point at every field of any command body we accept; a larger
-# body is compared down to the depth the budget reaches (parents are named
-# instead of their children).
+from idempotency.canonical import canonical_json
+
+# Enough to point at every field of any command body we accept (an order of
+# 100 lines has 305 parts, a payment 4): a larger body is compared down to
+# the parts the budget reaches, breadth first, so a parent is named instead
+# of its children.
 MAX_FIELD_DIGESTS = 256
+# Pointers are stored with the key: a part whose pointer is longer (a
+# member name no command has) is named by its parent. Together with the
+# budget this bounds the stored digests to about 40 KB.
+MAX_POINTER_LENGTH = 128
 _DIGEST_SALT = "idempotency.field-digest"
 # 64 bits tell changed fields apart; more would only grow the row.
 _DIGEST_HEX_CHARS = 16
@@ -33,19 +50,24 @@ _DIGEST_HEX_CHARS = 16
 
 @dataclass(frozen=True)
 class Fingerprint:
+    """The SHA-256 of a command request, and keyed digests of its body's parts."""
+
     digest: str
-    field_digests: dict[str, str]
+    body: Any = field(compare=False, repr=False)
 
-
-def canonical_json(value: Any) -> bytes:
-    """The RFC 8785 (JCS) serialisation of a parsed JSON value."""
-    return rfc8785.dumps(value)
+    @cached_property
+    def field_digests(self) -> dict[str, str]:
+        """JSON Pointer → keyed digest of that part of the body."""
+        return _field_digests(self.body)
 
 
 def fingerprint_request(*, method: str, path: str, body: Any) -> Fingerprint:
-    """Fingerprint a command request; ``body`` is the parsed JSON."""
+    """Fingerprint a command request; ``body`` is the parsed JSON.
+
+    :raises ValueError: the body has no RFC 8785 form.
+    """
     digest = hashlib.sha256(canonical_json([method.upper(), path, body])).hexdigest()
-    return Fingerprint(digest=digest, field_digests=_field_digests(body))
+    return Fingerprint(digest=digest, body=body)
 
 
 def mismatched_pointers(stored: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
@@ -56,31 +78,81 @@ def mismatched_pointers(stored: Mapping[str, str], current: Mapping[str, str]) -
     narrower part can be named.
     """
     differing = {p for p in stored.keys() | current.keys() if stored.get(p) != current.get(p)}
-    narrowest = [p for p in differing if not any(q.startswith(p + "/") for q in differing)]
-    return sorted(narrowest) or [""]
+    parents = {ancestor for pointer in differing for ancestor in _ancestors(pointer)}
+    return sorted(differing - parents) or [""]
+
+
+def _ancestors(pointer: str) -> Iterator[str]:
+    """``/a/b/c`` → ``/a/b``, ``/a`` (the whole body, ``""``, is not a stored part)."""
+    end = pointer.rfind("/")
+    while end > 0:
+        yield pointer[:end]
+        end = pointer.rfind("/", 0, end)
+
+
+@dataclass
+class _Part:
+    pointer: str
+    value: Any
+    # Where the part sits in its parent: a member name or an index.
+    slot: str | int
+    parent: "_Part | None"
+    digested_children: "list[_Part]" = field(default_factory=list)
+    digest: str = ""
 
 
 def _field_digests(body: Any) -> dict[str, str]:
-    # Breadth first, so that a budget cut keeps the outer parts of the body.
-    digests: dict[str, str] = {}
-    queue = deque(_children("", body))
-    while queue and len(digests) < MAX_FIELD_DIGESTS:
-        pointer, value = queue.popleft()
-        message = pointer.encode() + b"\0" + canonical_json(value)
-        digests[pointer] = salted_hmac(_DIGEST_SALT, message, algorithm="sha256").hexdigest()[
-            :_DIGEST_HEX_CHARS
-        ]
-        queue.extend(_children(pointer, value))
-    return digests
+    parts = _choose_parts(body)
+    # Children before parents: each part's digest covers its children's.
+    for part in reversed(parts):
+        part.digest = _digest_of(part)
+    return {part.pointer: part.digest for part in parts}
 
 
-def _children(pointer: str, value: Any) -> Iterator[tuple[str, Any]]:
+def _choose_parts(body: Any) -> list[_Part]:
+    """The parts that get a digest: breadth first, so a budget cut keeps the outer ones."""
+    root = _Part(pointer="", value=body, slot="", parent=None)
+    chosen: list[_Part] = []
+    queue = deque([root])
+    while queue and len(chosen) < MAX_FIELD_DIGESTS:
+        parent = queue.popleft()
+        if len(parent.pointer) + 2 > MAX_POINTER_LENGTH:
+            continue  # no child's pointer can fit
+        budget = MAX_FIELD_DIGESTS - len(chosen)
+        for slot, value in islice(_children(parent.value), budget):
+            pointer = f"{parent.pointer}/{_escape(slot) if isinstance(slot, str) else slot}"
+            if len(pointer) > MAX_POINTER_LENGTH:
+                continue
+            part = _Part(pointer=pointer, value=value, slot=slot, parent=parent)
+            chosen.append(part)
+            queue.append(part)
+            if parent is not root:
+                parent.digested_children.append(part)
+    return chosen
+
+
+def _children(value: Any) -> Iterator[tuple[str | int, Any]]:
+    """A container's children in canonical order, taken lazily: a budget stops early."""
     if isinstance(value, dict):
-        for name in sorted(value):
-            yield f"{pointer}/{_escape(name)}", value[name]
+        # nsmallest sorts only what the budget can take of a huge object.
+        for name in heapq.nsmallest(MAX_FIELD_DIGESTS, value):
+            yield name, value[name]
     elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield f"{pointer}/{index}", item
+        yield from enumerate(value)
+
+
+def _digest_of(part: _Part) -> str:
+    value = part.value
+    if part.digested_children:
+        # A shallow copy with each digested child replaced by its digest: the
+        # child's bytes were hashed into that digest already. A client could
+        # only forge a collision by guessing a keyed digest.
+        copy: Any = dict(value) if isinstance(value, dict) else list(value)
+        for child in part.digested_children:
+            copy[child.slot] = child.digest
+        value = copy
+    message = part.pointer.encode() + b"\0" + canonical_json(value)
+    return salted_hmac(_DIGEST_SALT, message, algorithm="sha256").hexdigest()[:_DIGEST_HEX_CHARS]
 
 
 def _escape(name: str) -> str:

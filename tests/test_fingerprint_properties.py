@@ -52,8 +52,11 @@ json_scalars = (
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8)
 )
-# Member names often hold "~" and "/", which JSON Pointers escape.
-member_names = st.text(st.sampled_from("~/01a"), max_size=4) | st.text(max_size=6)
+# Member names often hold "~" and "/", which JSON Pointers escape; the
+# parser refuses U+0000 in them (it cannot be stored with a key).
+member_names = st.text(st.sampled_from("~/01a"), max_size=4) | st.text(
+    st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: (
@@ -311,11 +314,13 @@ def test_field_digests_are_keyed_by_the_secret_key() -> None:
     body = {"qty": 2}
     with override_settings(SECRET_KEY="one-secret-key-of-sufficient-length-0123456789"):
         one = fingerprint(body)
+        one_digests = one.field_digests
     with override_settings(SECRET_KEY="another-secret-key-of-sufficient-length-012345"):
         another = fingerprint(body)
+        another_digests = another.field_digests
 
     assert one.digest == another.digest
-    assert one.field_digests != another.field_digests
+    assert one_digests != another_digests
 
 
 def test_negative_zero_is_zero() -> None:
