@@ -63,6 +63,15 @@ class PayloadTooLarge(ApplicationError):
     default_message = "Request bodies are limited to 1 MiB."
 
 
+class LengthRequired(ApplicationError):
+    status_code = 411
+    code = "LengthRequired"
+    title = "Length required"
+    default_message = (
+        "This server cannot read a body of unknown length here; send it with a Content-Length."
+    )
+
+
 class InternalError(ApplicationError):
     status_code = 500
     code = "InternalError"

@@ -1,14 +1,17 @@
-"""Request-wide plumbing: trace id, request log and metrics, body size limit."""
+"""Request-wide plumbing: trace id, request log and metrics, whole bodies within the limit."""
 
+import io
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from rest_framework.exceptions import ParseError
 
-from config.exceptions import PayloadTooLarge, render_exception
+from config.exceptions import LengthRequired, PayloadTooLarge, render_exception
 from config.metrics import HTTP_DURATION, HTTP_REQUESTS
 from config.tracing import bind_trace_id, new_trace_id, reset_trace_id
 
@@ -65,13 +68,56 @@ class RequestContextMiddleware:
         )
 
 
-class BodySizeLimitMiddleware:
-    """Refuse bodies over the limit before anything reads them.
+class WholeBodyMiddleware:
+    """WSGI middleware: hand the application every request body whole, or say why not.
+
+    Django reads a body only as far as ``CONTENT_LENGTH``. A chunked body
+    (``Transfer-Encoding: chunked``) has none, so it would read as empty: a
+    command would run, and its answer be stored, as if the client had sent
+    nothing, and the client's retry with the same key would then conflict.
+    And a body that ends before its ``Content-Length`` would read as
+    whatever arrived. Here every body is read before the application
+    starts: a chunked one up to one byte past the limit (the server has
+    taken the chunks apart; ``wsgi.input_terminated`` says it reads to the
+    end), a declared one in full. What was read becomes the body, with its
+    true length; what cannot be is marked in the environ for
+    :class:`RequestBodyMiddleware` to refuse, so that every refusal is a
+    problem response like any other, before any command starts.
+    """
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        limit = settings.MAX_REQUEST_BODY_BYTES
+        declared = environ.get("CONTENT_LENGTH") or ""
+        if declared.isdigit() and 0 < int(declared) <= limit:
+            body = environ["wsgi.input"].read(int(declared))
+            if len(body) < int(declared):
+                environ[INCOMPLETE_BODY] = f"{len(body)} of {declared}"
+            environ["wsgi.input"] = io.BytesIO(body)
+        elif not declared and environ.get("HTTP_TRANSFER_ENCODING"):
+            if environ.get("wsgi.input_terminated"):
+                body = environ["wsgi.input"].read(limit + 1)
+                # Over the limit, the length alone makes it a 413.
+                environ["CONTENT_LENGTH"] = str(len(body))
+                environ["wsgi.input"] = io.BytesIO(body)
+            else:
+                environ[UNREADABLE_BODY] = True
+        return self.application(environ, start_response)
+
+
+# Marks WholeBodyMiddleware leaves in the environ (request.META).
+INCOMPLETE_BODY = "order_service.incomplete_body"
+UNREADABLE_BODY = "order_service.unreadable_body"
+
+
+class RequestBodyMiddleware:
+    """Refuse a body that is too large or was not received whole, before anything reads it.
 
     Django enforces ``DATA_UPLOAD_MAX_MEMORY_SIZE`` only when ``request.body``
-    is read, and DRF's parsers read the stream directly, so a declared
-    ``Content-Length`` is checked here; a chunked body that turns out too
-    large still fails when it is read (``RequestDataTooBig``, also 413).
+    is read, and DRF's parsers read the stream directly, so the length is
+    checked here. A chunked body has its length by now (WholeBodyMiddleware).
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -84,4 +130,10 @@ class BodySizeLimitMiddleware:
             length = 0
         if length > settings.MAX_REQUEST_BODY_BYTES:
             return render_exception(PayloadTooLarge())
+        if received := request.META.get(INCOMPLETE_BODY):
+            return render_exception(
+                ParseError(f"The body ended after {received} bytes its Content-Length announced.")
+            )
+        if request.META.get(UNREADABLE_BODY):
+            return render_exception(LengthRequired())
         return self.get_response(request)

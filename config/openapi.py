@@ -198,8 +198,9 @@ MALFORMED_JSON = Refusal(
     drf.ParseError("The body is not valid JSON: Expecting value (line 1, column 1)."),
     "the body is not JSON, or not I-JSON (RFC 7493: UTF-8, unique member names, "
     "integers within ±(2^53 - 1), numbers within the range of a double, no lone "
-    "surrogates), its arrays and objects nest deeper than 256 levels, or a member name "
-    "holds U+0000. Not stored: nothing executed.",
+    "surrogates), its arrays and objects nest deeper than 256 levels, a member name "
+    "holds U+0000, or the body ended before its `Content-Length`. Not stored: nothing "
+    "executed.",
 )
 KEY_REQUIRED = Refusal(
     IdempotencyKeyRequired(),
@@ -225,7 +226,10 @@ UNSUPPORTED_MEDIA_TYPE = Refusal(
     drf.UnsupportedMediaType("text/plain"),
     "a body whose `Content-Type` is not `application/json`. Not stored.",
 )
-PAYLOAD_TOO_LARGE = Refusal(PayloadTooLarge(), "the body is over 1 MiB. Not stored.")
+PAYLOAD_TOO_LARGE = Refusal(
+    PayloadTooLarge(),
+    "the body is over 1 MiB, whether sent with a `Content-Length` or chunked. Not stored.",
+)
 KEY_CONFLICT = Refusal(
     IdempotencyKeyConflict(
         details={"mismatch": ["/items/0/qty"]}, extra={"idempotencyKey": _EXAMPLE_KEY}

@@ -3,9 +3,11 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from config.middleware import WholeBodyMiddleware
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-application = get_wsgi_application()
+application = WholeBodyMiddleware(get_wsgi_application())
 
 # What the application built while loading lives as long as the process.
 # Frozen, it is left out of the garbage collector's full passes, which
