@@ -36,6 +36,12 @@ from rest_framework import exceptions as drf
 from rest_framework import serializers
 
 from config.exceptions import PROBLEM_CONTENT_TYPE, InternalError, PayloadTooLarge, render_exception
+from config.pagination import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    MIN_PAGE_SIZE,
+    InvalidListQuery,
+)
 from idempotency.errors import (
     IdempotencyKeyConflict,
     IdempotencyKeyInProgress,
@@ -395,21 +401,24 @@ CURSOR = OpenApiParameter(
     "cursor",
     type=str,
     description=(
-        "Opaque: take it from the `next` or `previous` link. One that cannot be decoded "
-        "is answered `404`."
+        "Opaque and signed: take it from the `next` or `previous` link. One this service "
+        "did not issue (or issued under another `SECRET_KEY`) is `400 ValidationError`; "
+        "start again without a cursor."
     ),
 )
-# DRF's pagination reads pageSize leniently: whatever is not a positive
-# integer means the default rather than an error. The schema says so, rather
-# than promise a refusal the service does not make.
 PAGE_SIZE = OpenApiParameter(
     "pageSize",
-    type=str,
+    type={"type": "integer", "minimum": MIN_PAGE_SIZE, "maximum": MAX_PAGE_SIZE},
     description=(
-        "Results per page, an integer: default 50, at most 200 (larger values give 200). "
-        "A value that is not a positive integer is ignored: the page has 50."
+        f"Results per page: an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}, default "
+        f"{DEFAULT_PAGE_SIZE}. Anything else is `400 ValidationError`, never quietly replaced."
     ),
-    examples=[OpenApiExample("Twenty", value="20")],
+    examples=[OpenApiExample("Twenty", value=20)],
+)
+INVALID_LIST_QUERY = Refusal(
+    InvalidListQuery(details={"pageSize": [f"Must be an integer from 1 to {MAX_PAGE_SIZE}."]}),
+    "`pageSize` is not an integer from 1 to 200, or `cursor` is not one this service issued; "
+    "`details` names the parameter.",
 )
 
 
@@ -511,15 +520,18 @@ def read_schema(
     description: str,
     tag: str,
     response: OpenApiResponse,
-    not_found: Refusal,
+    refusals: Sequence[Refusal],
     parameters: Sequence[OpenApiParameter] = (),
     retry_after: bool = False,
 ) -> Decorator:
-    """``extend_schema`` for a read: its body, ``401``, ``404`` and the other errors."""
-    refusals = [
+    """``extend_schema`` for a read: its body, ``401`` and the other errors.
+
+    ``refusals`` are the read's own: ``404`` for a resource, ``400`` for a list.
+    """
+    every_refusal = [
         NOT_AUTHENTICATED,
         AUTHENTICATION_FAILED,
-        not_found,
+        *refusals,
         NOT_ACCEPTABLE,
         THROTTLED,
         INTERNAL_ERROR,
@@ -529,7 +541,7 @@ def read_schema(
         summary=summary,
         description=description,
         tags=[tag],
-        responses={200: response, **_problem_responses(refusals)},
+        responses={200: response, **_problem_responses(every_refusal)},
         parameters=[
             *parameters,
             REQUEST_ID,

@@ -1,7 +1,20 @@
 from typing import Any
 
-from rest_framework.pagination import CursorPagination
+from django.core import signing
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
+from rest_framework.utils.urls import replace_query_param
+
+from config.exceptions import ApplicationError
+
+MIN_PAGE_SIZE, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE = 1, 50, 200
+
+
+class InvalidListQuery(ApplicationError):
+    status_code = 400
+    code = "ValidationError"
+    title = "Validation failed"
+    default_message = "The query parameters are not valid; see details."
 
 
 class NewestFirstCursorPagination(CursorPagination):
@@ -9,15 +22,76 @@ class NewestFirstCursorPagination(CursorPagination):
 
     A cursor stays correct while rows are inserted, unlike page numbers, and
     costs one indexed range scan however deep the client pages.
+
+    Cursors are signed (``django.core.signing``, keyed by ``SECRET_KEY``):
+    DRF's are plain base64 of a position that goes straight into a query, so
+    a client could write its own, and a position the database cannot read
+    (an impossible time-zone offset) was a 500. A cursor this service did
+    not issue, or issued under another ``SECRET_KEY``, is a 400 that says to
+    start again from the first page.
     """
 
     ordering = ("-created_at", "-id")
-    page_size = 50
+    page_size = DEFAULT_PAGE_SIZE
     page_size_query_param = "pageSize"
-    max_page_size = 200
+    max_page_size = MAX_PAGE_SIZE
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         page = super().paginate_queryset(queryset, request, view)
         # Links are path-absolute (/v1/…), like every link we answer.
         self.base_url = request.get_full_path()
         return page
+
+    def get_page_size(self, request: Request) -> int:
+        """``pageSize`` as the client sent it, or the default; anything else is refused.
+
+        DRF would quietly use the default for ``0``, ``-1`` or ``abc`` and
+        the maximum for ``500``: a client would page through other pages
+        than it asked for, without knowing.
+
+        :raises InvalidListQuery: not an integer from 1 to 200.
+        """
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 3):
+            raise _invalid_page_size()
+        size = int(raw)
+        if not MIN_PAGE_SIZE <= size <= MAX_PAGE_SIZE:
+            raise _invalid_page_size()
+        return size
+
+    def encode_cursor(self, cursor: Cursor) -> str:
+        token = _signer().sign_object([cursor.offset, cursor.reverse, cursor.position])
+        return str(replace_query_param(self.base_url or "", self.cursor_query_param, token))
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """The cursor of the request, if it sent one.
+
+        :raises InvalidListQuery: a cursor this service did not issue.
+        """
+        token = request.query_params.get(self.cursor_query_param)
+        if token is None:
+            return None
+        try:
+            offset, reverse, position = _signer().unsign_object(token)
+        except (signing.BadSignature, ValueError, TypeError):
+            raise InvalidListQuery(
+                details={
+                    "cursor": [
+                        "Not a cursor this service issued, or no longer readable: take "
+                        "`next` or `previous` from a page, or start again without one."
+                    ]
+                }
+            ) from None
+        return Cursor(offset=offset, reverse=reverse, position=position)
+
+
+def _signer() -> signing.Signer:
+    return signing.Signer(salt="config.pagination.cursor")
+
+
+def _invalid_page_size() -> InvalidListQuery:
+    return InvalidListQuery(
+        details={"pageSize": [f"Must be an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}."]}
+    )

@@ -21,7 +21,7 @@ class OperationDetail(APIView):
         ),
         tag="operations",
         response=OpenApiResponse(OperationOutput, "The operation."),
-        not_found=not_found("operation", "op_5h7j9l1n3p5r7t9v1x3z5b7d9"),
+        refusals=[not_found("operation", "op_5h7j9l1n3p5r7t9v1x3z5b7d9")],
         parameters=[path_id("operation_id", "op")],
         retry_after=True,
     )

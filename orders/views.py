@@ -2,7 +2,6 @@
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 from rest_framework import status
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -10,6 +9,7 @@ from rest_framework.views import APIView
 from accounts.authentication import principal_of
 from config.openapi import (
     CURSOR,
+    INVALID_LIST_QUERY,
     PAGE_SIZE,
     Refusal,
     command_schema,
@@ -97,9 +97,7 @@ class OrderCollection(APIView):
         description="The tenant's orders, newest first, cursor-paginated.",
         tag="orders",
         response=OpenApiResponse(cursor_page(OrderOutput, "OrderPage"), "A page of orders."),
-        not_found=Refusal(
-            NotFound("Invalid cursor"), "the `cursor` is not one this service issued."
-        ),
+        refusals=[INVALID_LIST_QUERY],
         parameters=[CURSOR, PAGE_SIZE],
     )
     def get(self, request: Request) -> Response:
@@ -117,7 +115,7 @@ class OrderDetail(APIView):
         description="The order with its lines and the ids of its payments.",
         tag="orders",
         response=OpenApiResponse(OrderOutput, "The order."),
-        not_found=not_found("order", "ord_3k9x0c2m5q8w1e4r7t6y0u2i9"),
+        refusals=[not_found("order", "ord_3k9x0c2m5q8w1e4r7t6y0u2i9")],
         parameters=[path_id("order_id", "ord")],
     )
     def get(self, request: Request, order_id: str) -> Response:
@@ -261,7 +259,7 @@ class PaymentDetail(APIView):
         description="A declined payment is `failed` with its `failureCode`.",
         tag="payments",
         response=OpenApiResponse(PaymentOutput, "The payment."),
-        not_found=not_found("payment", "pay_8d2k4n6p0r1t3v5x7z9b2c4e6"),
+        refusals=[not_found("payment", "pay_8d2k4n6p0r1t3v5x7z9b2c4e6")],
         parameters=[path_id("payment_id", "pay")],
     )
     def get(self, request: Request, payment_id: str) -> Response:

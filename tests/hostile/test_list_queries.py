@@ -1,0 +1,101 @@
+"""A list's query parameters are checked, and a cursor is trusted only if we signed it.
+
+DRF's cursors are base64 of a position that goes straight into a query,
+so a client could write its own: a time-zone offset PostgreSQL cannot read
+was a 500, other made-up positions a 400 that spoke of the request body.
+Its page size is lenient: ``0``, ``-1`` or ``abc`` quietly meant the
+default. Now each is a ``400 ValidationError`` naming the parameter.
+"""
+
+from base64 import b64encode
+from urllib.parse import quote
+
+import pytest
+from django.core import signing
+from django.test import override_settings
+
+from tests.conftest import ORDER
+
+pytestmark = pytest.mark.django_db
+
+
+def drf_cursor(position: str) -> str:
+    """A cursor as DRF writes one, unsigned, around any position a client likes."""
+    return quote(b64encode(f"p={quote(position)}".encode()).decode())
+
+
+@pytest.fixture
+def three_orders(api) -> None:
+    for i in range(3):
+        api.post("/v1/orders", ORDER, key=f"order-{i}")
+
+
+def test_the_links_of_a_page_lead_through_the_list(api, three_orders):
+    first = api.get("/v1/orders?pageSize=2").json()
+    second = api.get(first["next"]).json()
+    back = api.get(second["previous"]).json()
+
+    assert len(first["results"]) == 2
+    assert len(second["results"]) == 1
+    assert back["results"] == first["results"]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        drf_cursor("2026-11-30 16:00:00+99:00"),
+        drf_cursor("2026-11-30 16:00:00+15:59"),
+        drf_cursor("not a date"),
+        drf_cursor("9999-99-99"),
+        "%%%",
+        "bm90IGEgY3Vyc29y",
+        "W1swLGZhbHNlLG51bGxdXQ:forged",
+    ],
+)
+def test_a_cursor_we_did_not_issue_is_a_400_naming_it(api, three_orders, cursor):
+    response = api.get(f"/v1/orders?cursor={cursor}")
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["error"] == "ValidationError"
+    assert problem["message"] == "The query parameters are not valid; see details."
+    assert list(problem["details"]) == ["cursor"]
+
+
+def test_a_cursor_with_one_character_changed_is_refused(api, three_orders):
+    issued = api.get("/v1/orders?pageSize=1").json()["next"]
+    token = issued.split("cursor=")[1]
+    tampered = issued.replace(token, token[:-1] + ("A" if token[-1] != "A" else "B"))
+
+    assert api.get(issued).status_code == 200
+    assert api.get(tampered).status_code == 400
+
+
+def test_a_cursor_signed_with_another_secret_key_is_refused(api, three_orders):
+    with override_settings(SECRET_KEY="another-secret-key-that-is-long-enough-0123456789"):
+        foreign = signing.Signer(salt="config.pagination.cursor").sign_object([0, False, None])
+
+    response = api.get(f"/v1/orders?cursor={quote(foreign)}")
+
+    assert response.status_code == 400
+    assert list(response.json()["details"]) == ["cursor"]
+
+
+@pytest.mark.parametrize(
+    "page_size", ["0", "-1", "201", "abc", "", "1.5", "+5", "٣", "1e2", "5000"]
+)
+def test_a_page_size_other_than_1_to_200_is_a_400_naming_it(api, page_size):
+    response = api.get(f"/v1/orders?pageSize={quote(page_size)}")
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "ValidationError"
+    assert response.json()["details"] == {"pageSize": ["Must be an integer from 1 to 200."]}
+
+
+@pytest.mark.parametrize(("page_size", "expected"), [("1", 1), ("200", 3), ("050", 3)])
+def test_a_page_size_from_1_to_200_is_taken_as_sent(api, three_orders, page_size, expected):
+    response = api.get(f"/v1/orders?pageSize={page_size}")
+
+    assert response.status_code == 200
+    assert len(response.json()["results"]) == expected
