@@ -43,4 +43,7 @@ EXPOSE 8000
 
 # No HEALTHCHECK here: it would be inherited by the worker and beat, which
 # serve no HTTP. docker-compose.yml sets one per service.
+# Put nginx in front (docker-compose.yml, deploy/nginx/) rather than publish
+# this port: gunicorn's threads absorb only a few clients that stall
+# mid-request (config/gunicorn.py); nginx forwards only whole requests.
 CMD ["gunicorn", "-c", "config/gunicorn.py", "config.wsgi:application"]

@@ -1,20 +1,54 @@
 """gunicorn settings: ``gunicorn -c config/gunicorn.py config.wsgi:application``."""
 
+import importlib.util
 import multiprocessing
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 bind = os.environ.get("BIND", f"0.0.0.0:{os.environ.get('PORT', '8000')}")
-# The usual (2 x cores) + 1 sync workers; requests spend most of their time
-# waiting on the database, not on the CPU.
+# The usual (2 x cores) + 1 worker processes; requests spend most of their
+# time waiting on the database, not on the CPU.
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2 + 1))
-threads = int(os.environ.get("WEB_THREADS", "1"))
+# Threaded workers (gthread): a client that connects and sends nothing holds
+# a thread for at most 5 s and then waits in the worker's poller, holding no
+# thread; but one that sends part of its headers or body holds a thread for
+# as long as it keeps the connection open. With a sync worker each such
+# client held a whole process. 8 threads per worker let a handful of them
+# sit in one worker (the kernel does not spread connections evenly over the
+# workers) and leave it threads to serve everyone else. More than `threads`
+# such clients in one worker starve it: nginx in front (docker-compose.yml,
+# deploy/nginx/) is the real defence, since it forwards only whole requests.
+# Each thread that served a request keeps its own database connection
+# (CONN_MAX_AGE): workers x threads connections at most, to be kept under
+# PostgreSQL's max_connections.
+threads = int(os.environ.get("WEB_THREADS", "8"))
+
+
+def _problem_json_worker() -> type:
+    # Loaded by its path, not imported as config.gunicorn_worker: the config
+    # package imports the Celery app and with it Django's settings, which the
+    # arbiter must not load before it forks.
+    path = Path(__file__).resolve().with_name("gunicorn_worker.py")
+    spec = importlib.util.spec_from_file_location("order_service_gunicorn_worker", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    worker: type = module.ProblemJsonThreadWorker
+    return worker
+
+
+# gthread, with gunicorn's own error answers (bad request line, 414, 431, ...)
+# in the service's problem+json format.
+worker_class = _problem_json_worker()
 # A request may wait IDEMPOTENCY_WAIT (2 s) for a duplicate and hold its key
-# for at most IDEMPOTENCY_LOCK_TIMEOUT (30 s) before the database ends it;
-# the worker timeout sits above both, so the database, not a killed worker,
-# ends a stuck command.
+# for at most IDEMPOTENCY_LOCK_TIMEOUT (30 s) before the database ends it.
+# A threaded worker's main loop keeps beating while its threads serve, so
+# this timeout does not end a slow request: it restarts a worker whose main
+# loop is stuck. nginx waits longer than this for an answer (proxy_read_timeout).
 timeout = int(os.environ.get("WEB_TIMEOUT", "45"))
 graceful_timeout = 30
 keepalive = 5

@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +45,28 @@ def manage(*args: str, env: Mapping[str, str]) -> str:
 
 @contextmanager
 def serve(
-    env: Mapping[str, str], *, web_workers: int = 2, celery: bool = False
+    env: Mapping[str, str],
+    *,
+    web_workers: int = 2,
+    celery: bool = False,
+    gunicorn_args: Sequence[str] = (),
 ) -> Iterator[LiveService]:
-    """Start gunicorn (and a Celery worker) with ``env``; stop them on exit."""
+    """Start gunicorn (and a Celery worker) with ``env``; stop them on exit.
+
+    ``gunicorn_args`` are added to gunicorn's command line, where they take
+    precedence over config/gunicorn.py (``--worker-class sync``).
+    """
     port = free_port()
     env = {**env, "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(web_workers)}
     processes = [
         subprocess.Popen(
-            [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi:application"],
+            [
+                str(BIN / "gunicorn"),
+                "-c",
+                "config/gunicorn.py",
+                *gunicorn_args,
+                "config.wsgi:application",
+            ],
             cwd=ROOT,
             env=env,
         )

@@ -1,0 +1,129 @@
+"""gunicorn's threaded worker, answering what gunicorn itself refuses as problem+json.
+
+gunicorn answers a request it cannot parse (a malformed request line, a
+request line or header block over its limits, an unsupported transfer
+coding) before the application sees it, with an HTML page that quotes the
+offending bytes. This worker answers those in the service's error format
+instead.
+
+This module must not import Django: gunicorn's arbiter loads the worker
+class before it forks, and config/gunicorn.py loads this file by its path
+(not as ``config.gunicorn_worker``, whose package imports the Celery app and
+with it Django's settings).
+"""
+
+import http
+import json
+import uuid
+from typing import Any
+
+from gunicorn import util
+from gunicorn.workers.gthread import ThreadWorker
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+# gunicorn's status -> the contract's code, title and message. The messages
+# are fixed: gunicorn's own text quotes the client's bytes and its internals.
+_PROBLEMS: dict[int, tuple[str, str, str]] = {
+    400: ("BadRequest", "Bad request", "The request is not valid HTTP."),
+    403: ("PermissionDenied", "Permission denied", "The request is not allowed."),
+    414: ("UriTooLong", "URI too long", "The request line is too long."),
+    417: ("ExpectationFailed", "Expectation failed", "The Expect header cannot be met."),
+    431: (
+        "RequestHeaderFieldsTooLarge",
+        "Request header fields too large",
+        "The request headers are too many or too large.",
+    ),
+    501: ("NotImplemented", "Not implemented", "The request's transfer coding is not supported."),
+}
+_INTERNAL_ERROR = (
+    "InternalError",
+    "Internal error",
+    "The server failed to process the request. Quote the traceId when reporting it.",
+)
+
+
+class _CapturedAnswer:
+    """A stand-in for the client socket that keeps what gunicorn writes to it.
+
+    It offers what ``gunicorn.util.write_error`` uses: ``gettimeout`` (0.0,
+    so ``write_nonblock`` writes at once), ``setblocking`` and ``sendall``.
+    """
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def gettimeout(self) -> float:
+        return 0.0
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def status(self) -> int | None:
+        """The status code of the captured answer, if it has a status line."""
+        status_line = bytes(self.data).split(b"\r\n", 1)[0].split(b" ")
+        if len(status_line) < 2 or not status_line[1].isdigit():
+            return None
+        return int(status_line[1])
+
+
+def problem_answer(status: int) -> tuple[bytes, str]:
+    """The raw HTTP answer for ``status`` and the trace id it carries.
+
+    Statuses without a code of their own answer ``500 InternalError``.
+    """
+    problem = _PROBLEMS.get(status)
+    if problem is None:
+        status, problem = 500, _INTERNAL_ERROR
+    code, title, message = problem
+    trace_id = uuid.uuid4().hex
+    body = json.dumps(
+        {
+            "type": f"urn:order-service:problem:{code}",
+            "title": title,
+            "status": status,
+            "error": code,
+            "message": message,
+            "traceId": trace_id,
+        },
+        separators=(",", ":"),
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
+        "Connection: close\r\n"
+        f"Content-Type: {PROBLEM_CONTENT_TYPE}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"X-Request-ID: {trace_id}\r\n"
+        "\r\n"
+    )
+    return head.encode("ascii") + body, trace_id
+
+
+class ProblemJsonThreadWorker(ThreadWorker):
+    """gunicorn's ``gthread`` worker whose own error answers are problem+json.
+
+    ``handle_error`` lets gunicorn's own ``handle_error`` run against a
+    stand-in socket: gunicorn still decides the status (its mapping of parse
+    errors to 400, 414, 431, 501 and the rest stays the one source, kept
+    current with gunicorn), logs the error and writes its access log line;
+    only its HTML answer is discarded. The status is read back from the
+    captured status line and answered as problem+json (a status without a
+    code of its own here as 500 InternalError) with a fresh trace id, also
+    sent as ``X-Request-ID`` and logged, and ``Connection: close`` (gunicorn
+    closes the connection after any error). Nothing the client sent is echoed.
+    """
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        captured = _CapturedAnswer()
+        super().handle_error(req, captured, addr, exc)
+        status = captured.status() or 500
+        answer, trace_id = problem_answer(status)
+        self.log.info("Refused a request with %d, traceId=%s", status, trace_id)
+        try:
+            util.write_nonblock(client, answer)
+        except Exception:
+            # As gunicorn does: the client may be gone already.
+            self.log.debug("Failed to send error message.")
