@@ -75,6 +75,18 @@ class RequestContextMiddleware:
         )
 
 
+def client_address(request: HttpRequest) -> str:
+    """The address of the client: the connecting one, or the proxy's word for it.
+
+    Behind the proxy (``BEHIND_PROXY``), every connection comes from it; it
+    overwrites ``X-Forwarded-For`` with the address that connected to it.
+    Facing clients directly, that header is whatever a client wrote.
+    """
+    if settings.BEHIND_PROXY and (forwarded := request.META.get("HTTP_X_FORWARDED_FOR")):
+        return str(forwarded.split(",")[-1].strip())
+    return str(request.META.get("REMOTE_ADDR", ""))
+
+
 class WholeBodyMiddleware:
     """WSGI middleware: hand the application every request body whole, or say why not.
 

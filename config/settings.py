@@ -8,6 +8,7 @@ server installed. Production sets ``DATABASE_URL`` (PostgreSQL) and
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -62,6 +63,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    # Failed logins to the admin, counted in the database (so across every
+    # worker process) to lock out password guessing.
+    "axes",
     "accounts",
     "orders",
     "idempotency",
@@ -81,6 +85,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login attempt.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -294,6 +300,27 @@ Cursor-paginated, newest first: `{"results": […], "next": url|null, "previous"
     ],
 }
 
+# --- The admin ---------------------------------------------------------------
+
+# /admin/ serves the Django admin (read-only records, API clients). It is a
+# login page on the API's port: a deployment that does not use it switches
+# it off (docker-compose.yml does, unless ADMIN_ENABLED=true is asked for).
+ADMIN_ENABLED = env.bool("ADMIN_ENABLED", default=True)
+AUTHENTICATION_BACKENDS = [
+    # Refuses a login from an address with too many recent failures.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Five wrong passwords from one address lock it out of the admin's login for
+# fifteen minutes (answered 429): guessing a password becomes impractical,
+# and a locked-out administrator waits a quarter of an hour at worst.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_RESET_ON_SUCCESS = True
+# The client's address, from X-Forwarded-For only BEHIND_PROXY.
+AXES_CLIENT_IP_CALLABLE = "config.middleware.client_address"
+
 # Bodies over 1 MiB are refused with 413 PayloadTooLarge (contract).
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
@@ -307,7 +334,11 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Only a proxy that overwrites X-Forwarded-Proto and X-Forwarded-For (the
+# nginx of docker-compose.yml) makes them trustworthy: facing clients
+# directly, any client could claim HTTPS or another address.
+BEHIND_PROXY = env.bool("BEHIND_PROXY", default=False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_PROXY else None
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
@@ -336,6 +367,9 @@ LOGGING = {
         # line per 4xx/5xx would repeat it (5xx tracebacks are still logged).
         "django.request": {"level": "ERROR"},
         "django.server": {"level": "ERROR"},
+        # django-axes announces itself in every process; its warnings of
+        # failed and locked-out logins still come through.
+        "axes.apps": {"level": "WARNING"},
     },
 }
 
