@@ -216,6 +216,9 @@ REST_FRAMEWORK = {
     ),
     "DEFAULT_THROTTLE_RATES": {"principal": env.str("API_THROTTLE_RATE", default="") or None},
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    # Field names on the wire are camelCase, errors that belong to no one
+    # field too.
+    "NON_FIELD_ERRORS_KEY": "nonFieldErrors",
 }
 
 SPECTACULAR_SETTINGS = {

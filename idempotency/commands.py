@@ -65,6 +65,13 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 STORED_HEADERS = ("Location", "Retry-After")
 # SQLSTATE of a lock wait cut short by lock_timeout.
 _LOCK_NOT_AVAILABLE = "55P03"
+# A stored answer is kept for IDEMPOTENCY_KEY_TTL and replayed on demand, so
+# its size is bounded: the largest answer a command gives is an order of 100
+# lines (about 15 KB) or a validation error naming five unknown members in
+# each of 100 lines (about 50 KB). A command whose answer exceeds this has a
+# bug; it is rolled back and answered 500, which is stored like any final
+# failure of a command's own code.
+MAX_STORED_RESPONSE_BYTES = 64 * 1024
 
 ReplayHook = Callable[[IdempotencyKey, HttpResponse], HttpResponse]
 V = TypeVar("V", bound=APIView)
@@ -211,6 +218,10 @@ class _KeyTaken(Exception):
     """Another request committed this key while we were claiming it."""
 
 
+class _AnswerTooLarge(Exception):
+    """A command answered more than MAX_STORED_RESPONSE_BYTES: a bug in the command."""
+
+
 def _lookup(command: Command) -> IdempotencyKey | None:
     return IdempotencyKey.objects.filter(
         tenant_id=command.principal.tenant_id, principal=command.principal, key=command.key
@@ -229,6 +240,8 @@ def _claim_and_execute(command: Command, execute: Callable[[], HttpResponse]) ->
         try:
             with transaction.atomic():
                 response = execute()
+                if len(response.content) > MAX_STORED_RESPONSE_BYTES:
+                    raise _AnswerTooLarge(len(response.content))
         except (OperationalError, InterfaceError):
             # The database failed under the command: roll everything back,
             # the claim included, and let the client retry.

@@ -2,7 +2,8 @@
 
 They give the tests a handle the real endpoints do not: a command that
 fails in its own code after writing, one under which the database fails,
-and one that runs until the test lets it finish.
+one that runs until the test lets it finish, and one whose answer is too
+large to store.
 """
 
 import os
@@ -14,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency.commands import idempotent_command
+from idempotency.commands import MAX_STORED_RESPONSE_BYTES, idempotent_command
 from orders.models import Order
 
 # Set by a test to make the next database-failure command fail.
@@ -62,6 +63,13 @@ class StuckCommand(APIView):
         return Response({"orderId": order.id}, status=201)
 
 
+class OversizedAnswerCommand(APIView):
+    @idempotent_command
+    def post(self, request: Request) -> Response:
+        _write_order(request)
+        return Response({"padding": "x" * MAX_STORED_RESPONSE_BYTES}, status=201)
+
+
 class TwoMethodCommand(APIView):
     @idempotent_command
     def post(self, request: Request) -> Response:
@@ -87,5 +95,6 @@ urlpatterns = [
     path("v1/probes/slow", SlowCommand.as_view()),
     path("v1/probes/stuck", StuckCommand.as_view()),
     path("v1/probes/two-methods", TwoMethodCommand.as_view()),
+    path("v1/probes/oversized-answer", OversizedAnswerCommand.as_view()),
     path("", include("config.urls")),
 ]
