@@ -169,7 +169,7 @@ def _read_command(request: Request) -> Command:
     key = parse_idempotency_key(request.headers.get(HEADER))
     if request.META.get("CONTENT_LENGTH", "0") not in ("", "0") and not request.content_type:
         # DRF would silently ignore a body it has no media type for.
-        raise UnsupportedMediaType("")
+        raise UnsupportedMediaType("", detail="A body needs a Content-Type: application/json.")
     method, path = request.method or "", request.path
     try:
         fingerprint = fingerprint_request(method=method, path=path, body=request.data)

@@ -7,11 +7,15 @@ PostgreSQL database of its own and the Redis broker, then measures:
   fast path should be much cheaper than doing the work);
 - a first execution against a plain read, ``GET /v1/orders/{id}``;
 - replays against first executions under 32 concurrent clients;
-- the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment.
+- the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment;
+- what a hostile body of 1 MiB costs: parsing, fingerprinting and field
+  digests in this process for each shape of tests/hostile/bodies.py, and
+  the whole answer through the service, against a small order's.
 
 Not a test: timings belong here, not in assertions.
 """
 
+import gc
 import os
 import statistics
 import sys
@@ -43,7 +47,9 @@ def main() -> None:
     manage("seed_demo", env=env)
     token = manage("create_api_client", "bench", "bench", env=env).strip().splitlines()[-1]
     with serve(env, web_workers=2, celery=True) as service:
-        Bench(service.base_url, token).run()
+        bench = Bench(service.base_url, token)
+        bench.run()
+        bench.hostile_bodies()
 
 
 def _fresh_database() -> None:
@@ -91,6 +97,66 @@ class Bench:
         print("payment (pm_card_ok), 202 to succeeded, 20 payments:")
         print(f"  median {statistics.median(to_succeeded):7.1f} ms")
         print(f"  max    {max(to_succeeded):7.1f} ms")
+
+    def hostile_bodies(self) -> None:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+        os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex)
+        import django
+
+        django.setup()
+        from config.parsers import loads_strict
+        from idempotency.fingerprint import fingerprint_request
+        from tests.hostile.bodies import SHAPES
+
+        # As in a web worker (config.wsgi): what was loaded is left out of
+        # the collector's full passes.
+        gc.freeze()
+        n, size = 5, 1_000_000
+        bodies = {shape: build(size).encode() for shape, build in SHAPES.items()}
+        print(f"hostile bodies of {size // 1000} kB, median of {n}:")
+        print("  in this process (ms): parse, fingerprint (all a replay needs),")
+        print("  fingerprint with field digests (what a claim or a conflict needs)")
+        worst = 0.0
+        for shape, raw in bodies.items():
+            body = loads_strict(raw)
+            parse = self.median_ms(n, lambda: loads_strict(raw))  # noqa: B023
+            replay = self.median_ms(
+                n,
+                lambda: fingerprint_request(method="POST", path="/v1/orders", body=body),  # noqa: B023
+            )
+            claim = self.median_ms(
+                n,
+                lambda: fingerprint_request(method="POST", path="/", body=body).field_digests,  # noqa: B023
+            )
+            worst = max(worst, claim)
+            print(f"  {shape:40s} {parse:6.1f} {replay:6.1f} {claim:6.1f}")
+        print(f"  the worst fingerprint with its field digests: {worst:.1f} ms")
+        small = self.timed(n, lambda: self.post("/v1/orders", ORDER, uuid.uuid4().hex))
+        print(f"  through the service: each answered 400, against a small order ({small:.1f} ms)")
+        for shape, raw in bodies.items():
+            answer = self.median_ms(n, lambda: self.post_raw("/v1/orders", raw))  # noqa: B023
+            print(f"  {shape:40s} {answer:7.1f} ms  x{answer / small:5.1f}")
+
+    def post_raw(self, path: str, raw: bytes) -> requests.Response:
+        """A first execution of ``raw``: a new key each time."""
+        response = self.session.post(
+            self.base_url + path,
+            data=raw,
+            headers={"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"},
+            timeout=30,
+        )
+        # Each shape is a final answer (400), never a refusal of the server's.
+        assert response.status_code == 400, response.text
+        return response
+
+    @staticmethod
+    def median_ms(n: int, call: Any) -> float:
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter()
+            call()
+            samples.append((time.perf_counter() - started) * 1000)
+        return statistics.median(samples)
 
     @staticmethod
     def timed(n: int, call: Any) -> float:
