@@ -93,6 +93,17 @@ def with_fresh_key(case: schemathesis.Case) -> None:
         case.headers["Idempotency-Key"] = str(uuid.uuid4())
 
 
+def without_drawn_cursors(case: schemathesis.Case) -> None:
+    """Leave ``cursor`` out: the service signs its cursors, so none drawn is valid.
+
+    The schema cannot say which strings are signed, and every drawn cursor is
+    rightly refused (400), which the check for accepted valid data would
+    report. tests/hostile/test_list_queries.py tests cursors on their own.
+    """
+    if case.query:
+        case.query.pop("cursor", None)
+
+
 @schema.parametrize()
 @hypothesis_settings(
     deadline=None,
@@ -104,6 +115,7 @@ def with_fresh_key(case: schemathesis.Case) -> None:
 def test_every_operation_keeps_its_schema(case: schemathesis.Case) -> None:
     """Each operation alone: its examples, boundary values and random requests."""
     with_fresh_key(case)
+    without_drawn_cursors(case)
 
     case.call_and_validate(timeout=30)
 
@@ -145,6 +157,7 @@ def test_workflows_keep_the_schema(api_schema: Any) -> None:
     class Workflows(api_schema.as_state_machine()):  # type: ignore[misc]
         def before_call(self, case: schemathesis.Case) -> None:
             with_fresh_key(case)
+            without_drawn_cursors(case)
             with_catalog_skus(case)
 
         def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
