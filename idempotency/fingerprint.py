@@ -96,7 +96,6 @@ class _Part:
     value: Any
     # Where the part sits in its parent: a member name or an index.
     slot: str | int
-    parent: "_Part | None"
     digested_children: "list[_Part]" = field(default_factory=list)
     digest: str = ""
 
@@ -111,7 +110,7 @@ def _field_digests(body: Any) -> dict[str, str]:
 
 def _choose_parts(body: Any) -> list[_Part]:
     """The parts that get a digest: breadth first, so a budget cut keeps the outer ones."""
-    root = _Part(pointer="", value=body, slot="", parent=None)
+    root = _Part(pointer="", value=body, slot="")
     chosen: list[_Part] = []
     queue = deque([root])
     while queue and len(chosen) < MAX_FIELD_DIGESTS:
@@ -123,7 +122,7 @@ def _choose_parts(body: Any) -> list[_Part]:
             pointer = f"{parent.pointer}/{_escape(slot) if isinstance(slot, str) else slot}"
             if len(pointer) > MAX_POINTER_LENGTH:
                 continue
-            part = _Part(pointer=pointer, value=value, slot=slot, parent=parent)
+            part = _Part(pointer=pointer, value=value, slot=slot)
             chosen.append(part)
             queue.append(part)
             if parent is not root:
