@@ -87,6 +87,11 @@ def client_address(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR", ""))
 
 
+# Marks WholeBodyMiddleware leaves in the environ (request.META).
+INCOMPLETE_BODY = "order_service.incomplete_body"
+UNREADABLE_BODY = "order_service.unreadable_body"
+
+
 class WholeBodyMiddleware:
     """WSGI middleware: hand the application every request body whole, or say why not.
 
@@ -124,11 +129,6 @@ class WholeBodyMiddleware:
             else:
                 environ[UNREADABLE_BODY] = True
         return self.application(environ, start_response)
-
-
-# Marks WholeBodyMiddleware leaves in the environ (request.META).
-INCOMPLETE_BODY = "order_service.incomplete_body"
-UNREADABLE_BODY = "order_service.unreadable_body"
 
 
 class RequestBodyMiddleware:
