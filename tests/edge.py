@@ -130,10 +130,9 @@ class RawResponse:
     body: bytes
 
 
-def raw_exchange(base_url: str, request: bytes, *, timeout: float = 10) -> RawResponse:
+def raw_exchange(service: LiveService, request: bytes, *, timeout: float = 10) -> RawResponse:
     """Send ``request`` as it is; read one answer (up to its length, or the close)."""
-    host, port = base_url.removeprefix("http://").rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with socket.create_connection(service.address, timeout=timeout) as sock:
         # The server may answer and close before it has taken all of it.
         with suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(request)

@@ -23,6 +23,12 @@ class LiveService:
     def url(self, path: str) -> str:
         return self.base_url + path
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port), for a raw socket."""
+        host, port = self.base_url.removeprefix("http://").rsplit(":", 1)
+        return host, int(port)
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -4,8 +4,7 @@ import json
 from collections.abc import Callable
 
 from config.parsers import MAX_DEPTH
-
-ORDER = {"customerId": "c-1", "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"}
+from tests.conftest import ORDER
 
 
 def nested(depth: int, payload: str) -> str:

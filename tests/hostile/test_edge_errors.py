@@ -22,11 +22,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import Api
+from tests.conftest import ORDER, Api
 from tests.edge import TEMPLATE, RawResponse, nginx, raw_exchange, serve_behind_nginx
 from tests.live import ROOT, LiveService, free_port, test_database_env
 
-ORDER = {"customerId": "c-1", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
 MIB = 1024 * 1024
 PROBLEM_MEMBERS = {"type", "title", "status", "error", "message", "traceId"}
 RETRY_ADVICE = "retry it with the same Idempotency-Key"
@@ -161,7 +160,7 @@ def test_a_20_kb_header_is_431(edge: LiveService) -> None:
 def test_a_malformed_request_is_refused_as_problem_json(
     edge: LiveService, request_bytes: bytes, status: int, code: str
 ) -> None:
-    response = raw_exchange(edge.base_url, request_bytes)
+    response = raw_exchange(edge, request_bytes)
 
     assert_problem(response, status, code)
     assert b"<" not in response.body
@@ -187,7 +186,7 @@ def test_an_insane_request_id_is_replaced(edge: LiveService, request_id: str) ->
     header = f"X-Request-ID: {request_id}\r\n".encode()
     request = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header + b"\r\n"
 
-    response = raw_exchange(edge.base_url, request)
+    response = raw_exchange(edge, request)
 
     assert_problem(response, 404, "NotFound")
 
@@ -210,7 +209,7 @@ def test_the_apps_own_problems_pass_through_untouched(
 
 def test_gunicorns_own_refusals_pass_through_the_edge(edge: LiveService) -> None:
     # 5 kB: within nginx's 8 kB request line, over gunicorn's 4094 bytes.
-    response = raw_exchange(edge.base_url, raw_get("/healthz?q=" + "a" * 5_000))
+    response = raw_exchange(edge, raw_get("/healthz?q=" + "a" * 5_000))
 
     assert_problem(response, 414, "UriTooLong")
 
@@ -327,7 +326,7 @@ HOSTILE = "HOSTILE-7f2c"
 def test_gunicorns_own_refusals_are_problem_json_without_an_echo(
     gunicorn_alone: LiveService, request_bytes: bytes, status: int, code: str
 ) -> None:
-    response = raw_exchange(gunicorn_alone.base_url, request_bytes)
+    response = raw_exchange(gunicorn_alone, request_bytes)
 
     assert_problem(response, status, code)
     assert response.headers["connection"] == "close"

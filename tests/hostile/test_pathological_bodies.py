@@ -24,7 +24,8 @@ from config.parsers import MAX_DEPTH, loads_strict
 from idempotency.fingerprint import MAX_FIELD_DIGESTS, MAX_POINTER_LENGTH, fingerprint_request
 from idempotency.models import IdempotencyKey
 from orders.models import Order
-from tests.hostile.bodies import ORDER, SHAPES, nested, numbers
+from tests.conftest import ORDER
+from tests.hostile.bodies import SHAPES, nested, numbers
 
 
 def command_work(raw: bytes) -> None:

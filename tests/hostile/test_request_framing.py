@@ -111,8 +111,8 @@ def send_then_close(
     service: LiveService, api, path: str, body: bytes, *, declared: int, key: str
 ) -> tuple[int, dict]:
     """Send ``body`` under a larger ``Content-Length``, then end the sending side."""
-    host, port = service.base_url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    host, port = service.address
+    connection = http.client.HTTPConnection(host, port, timeout=30)
     connection.putrequest("POST", path)
     for name, value in {
         **api.headers(key),

@@ -25,24 +25,18 @@ from contextlib import ExitStack, contextmanager
 import pytest
 import requests
 
-from tests.conftest import Api
+from tests.conftest import ORDER, Api
 from tests.edge import serve_behind_nginx
 from tests.live import LiveService, serve, test_database_env
 
-ORDER = {"customerId": "c-1", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
 WEB_WORKERS = 2
 # config/gunicorn.py's default WEB_THREADS.
 THREADS_PER_WORKER = 8
 ANSWER_WITHIN = 1.0
 
 
-def _address(service: LiveService) -> tuple[str, int]:
-    host, port = service.base_url.removeprefix("http://").rsplit(":", 1)
-    return host, int(port)
-
-
 def _connect(service: LiveService, sent: bytes) -> socket.socket:
-    sock = socket.create_connection(_address(service), timeout=5)
+    sock = socket.create_connection(service.address, timeout=5)
     if sent:
         sock.sendall(sent)
     return sock
