@@ -39,7 +39,7 @@ run: install
 	@$(PY) manage.py seed_demo
 	@$(PY) manage.py collectstatic --noinput -v0
 	@token=$$($(PY) manage.py create_api_client demo demo 2>/dev/null | tail -n 1); \
-	 trap 'kill 0' INT TERM EXIT; \
+	 trap 'trap - INT TERM EXIT; kill 0' INT TERM EXIT; \
 	 $(BIN)/celery -A config worker --beat --pool=solo --loglevel=INFO \
 	   --schedule=var/celerybeat-schedule & \
 	 printf '\nOrder service on http://127.0.0.1:$(PORT) (docs: /docs/)\n'; \
