@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 PORT ?= 8000
-PACKAGES := accounts config idempotency operations orders
+PACKAGES := config api observability accounts idempotency operations provider orders
 
 # Tests run on PostgreSQL and a real broker; these default to the local servers.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service

@@ -7,7 +7,7 @@ from typing import Any
 import structlog
 from celery import Celery, Task, signals
 
-from config.tracing import new_trace_id
+from observability.tracing import new_trace_id
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 

@@ -1,11 +1,9 @@
 """gunicorn settings: ``gunicorn -c config/gunicorn.py config.wsgi:application``."""
 
-import importlib.util
 import multiprocessing
 import os
 import shutil
 import tempfile
-from pathlib import Path
 from typing import Any
 
 bind = os.environ.get("BIND", f"0.0.0.0:{os.environ.get('PORT', '8000')}")
@@ -26,26 +24,11 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2 
 # PostgreSQL's max_connections.
 threads = int(os.environ.get("WEB_THREADS", "8"))
 
-
-def _problem_json_worker() -> type:
-    # Loaded by its path, not imported as config.gunicorn_worker: the config
-    # package imports the Celery app and with it Django's settings, which the
-    # arbiter must not load before it forks.
-    path = Path(__file__).resolve().with_name("gunicorn_worker.py")
-    spec = importlib.util.spec_from_file_location("order_service_gunicorn_worker", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    worker: type = module.ProblemJsonThreadWorker
-    return worker
-
-
 # gthread, with gunicorn's own error answers (bad request line, 414, 431, ...)
 # in the service's problem+json format.
-worker_class = _problem_json_worker()
-# A request may wait IDEMPOTENCY_WAIT (2 s) for a duplicate and hold its key
-# for at most IDEMPOTENCY_LOCK_TIMEOUT (30 s) before the database ends it.
+worker_class = "api.gunicorn_worker.ProblemJsonThreadWorker"
+# A request may wait IDEMPOTENCY_WAIT for a duplicate and hold its key for
+# at most IDEMPOTENCY_LOCK_TIMEOUT before the database ends it (settings).
 # A threaded worker's main loop keeps beating while its threads serve, so
 # this timeout does not end a slow request: it restarts a worker whose main
 # loop is stuck. nginx waits longer than this for an answer (proxy_read_timeout).

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import environ
 
-from config.logging import configure_structlog
+from observability.logging import configure_structlog
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("VAR_DIR", default=str(BASE_DIR / "var")))
@@ -66,19 +66,24 @@ INSTALLED_APPS = [
     # Failed logins to the admin, counted in the database (so across every
     # worker process) to lock out password guessing.
     "axes",
+    # Ours, from the bottom layer up: the HTTP API layer and the generic
+    # apps, which know no order or payment, then the payment provider
+    # simulator and the domain.
+    "api",
     "accounts",
-    "orders",
     "idempotency",
     "operations",
+    "provider",
+    "orders",
 ]
 
 MIDDLEWARE = [
     # First, so that every response, errors included, carries X-Request-ID
     # and is logged and measured.
-    "config.middleware.RequestContextMiddleware",
+    "api.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "config.middleware.RequestBodyMiddleware",
+    "api.middleware.RequestBodyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -95,7 +100,9 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "config" / "templates"],
+        # Before the apps' templates: api/templates overrides drf-spectacular's
+        # Redoc page, which would load fonts from Google.
+        "DIRS": [BASE_DIR / "api" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -148,8 +155,8 @@ IDEMPOTENCY_LOCK_TIMEOUT = env.float("IDEMPOTENCY_LOCK_TIMEOUT", default=30.0)
 
 # --- Payments -------------------------------------------------------------
 
-# The payment provider: a class implementing orders.gateway.PaymentGateway.
-PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="orders.simulator.SimulatedProvider")
+# The payment provider: a class implementing provider.gateway.PaymentGateway.
+PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="provider.simulator.SimulatedProvider")
 # Simulated provider latency per call (seconds).
 PAYMENT_PROVIDER_LATENCY = env.float("PAYMENT_PROVIDER_LATENCY", default=0.05)
 # First retry delay after a provider timeout or 5xx (seconds); it doubles
@@ -207,12 +214,12 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.authentication.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["config.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.exceptions.exception_handler",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_CLASSES": (
-        ["config.throttling.PrincipalRateThrottle"] if env.str("API_THROTTLE_RATE", "") else []
+        ["api.throttling.PrincipalRateThrottle"] if env.str("API_THROTTLE_RATE", "") else []
     ),
     "DEFAULT_THROTTLE_RATES": {"principal": env.str("API_THROTTLE_RATE", default="") or None},
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
@@ -230,29 +237,6 @@ Idempotent REST commands for orders and payments.
 Every request to `/v1/` (this schema aside) carries `Authorization: Bearer <token>`.
 A principal belongs to one tenant and sees only that tenant's orders, payments and
 operations: another tenant's resource is answered `404`, like a missing one.
-
-## Idempotent commands
-Every `POST` is a command and requires an `Idempotency-Key` header: 1 to 255 visible
-ASCII characters, plain (`7f2c…`) or as a structured-field string (`"7f2c…"`).
-A key belongs to (tenant, principal, key). The service stores a SHA-256 fingerprint of
-the method, the route with its path parameters and the RFC 8785 canonical body.
-
-- **Replay.** The same key with the same request executes nothing and answers the
-  stored response (same status, body bytes, `Content-Type` and `Location`) with
-  `Idempotent-Replayed: true`, for successes and final failures (400
-  `ValidationError`, 409, 422, 500) alike. Commands answered `202` replay their ids
-  and links with the operation's current `status`.
-- **Conflict.** The same key with another body, endpoint or path parameter executes
-  nothing and answers `409 IdempotencyKeyConflict`; `details.mismatch` lists what
-  differs as JSON Pointers (`/items/0/qty`, `/currency`, `/method`, `/path`), never
-  the values.
-- **In flight.** A copy of a command still executing waits up to `IDEMPOTENCY_WAIT`
-  (default 2 s) for its replay, then answers `409 IdempotencyKeyInProgress` with
-  `Retry-After`. It never executes twice.
-- **Not stored.** Requests refused before the command starts (authentication, a
-  missing or malformed key, malformed JSON, media type, size) store nothing.
-- **Retention.** A completed key is kept for `IDEMPOTENCY_KEY_TTL` seconds (default
-  86400, 24 h) and then purged; after that the same key is a new key.
 
 ## Asynchronous commands
 Payments and refunds answer `202` with `Location: /v1/operations/op_…` and
@@ -288,18 +272,19 @@ Cursor-paginated, newest first: `{"results": […], "next": url|null, "previous"
         "OrderStatusEnum": "orders.models.Order.Status",
         "PaymentStatusEnum": "orders.models.Payment.Status",
         "OperationStatusEnum": "operations.models.Operation.Status",
-        "OperationKindEnum": "operations.models.Operation.Kind",
+        "OperationKindEnum": "operations.registry.kinds",
         "CommandStatusEnum": ["succeeded"],
     },
-    # Ids in paths (config.converters.ResourceIdConverter).
+    # Ids in paths (api.converters.ResourceIdConverter).
     "PATH_CONVERTER_OVERRIDES": {
         "id": {"type": "string", "pattern": "^[A-Za-z0-9._~-]{1,64}$"},
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "config.openapi.camel_case_path_parameters",
-        "config.openapi.require_every_output_field",
-        "config.openapi.add_links",
+        "api.openapi.camel_case_path_parameters",
+        "api.openapi.require_every_output_field",
+        "idempotency.schema.describe_policy",
+        "orders.schema.add_links",
     ],
 }
 
@@ -322,7 +307,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_RESET_ON_SUCCESS = True
 # The client's address, from X-Forwarded-For only BEHIND_PROXY.
-AXES_CLIENT_IP_CALLABLE = "config.middleware.client_address"
+AXES_CLIENT_IP_CALLABLE = "api.middleware.client_address"
 
 # Bodies over 1 MiB are refused with 413 PayloadTooLarge (contract).
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
@@ -362,11 +347,11 @@ LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "config.logging.json_formatter"}},
+    "formatters": {"json": {"()": "observability.logging.json_formatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
-        # Every request is logged once, by config.middleware; Django's own
+        # Every request is logged once, by api.middleware; Django's own
         # line per 4xx/5xx would repeat it (5xx tracebacks are still logged).
         "django.request": {"level": "ERROR"},
         "django.server": {"level": "ERROR"},

@@ -3,9 +3,9 @@ from django.contrib import admin
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from config import health
-from config.converters import ResourceIdConverter
-from config.metrics import metrics_view
+from api.converters import ResourceIdConverter
+from observability import health
+from observability.metrics import metrics_view
 
 # Before the apps' URLs are included: they use it for every id in a path.
 register_converter(ResourceIdConverter, "id")
@@ -24,7 +24,7 @@ urlpatterns = [
 if settings.ADMIN_ENABLED:
     urlpatterns.append(path("admin/", admin.site.urls))
 
-handler400 = "config.exceptions.bad_request"
-handler403 = "config.exceptions.permission_denied"
-handler404 = "config.exceptions.page_not_found"
-handler500 = "config.exceptions.server_error"
+handler400 = "api.errors.bad_request"
+handler403 = "api.errors.permission_denied"
+handler404 = "api.errors.page_not_found"
+handler500 = "api.errors.server_error"

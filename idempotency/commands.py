@@ -27,17 +27,14 @@ nothing and stores nothing, so a retry executes it once.
 """
 
 import functools
-import math
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
 
 import structlog
-from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.http import HttpResponse
 from django.utils import timezone
@@ -47,8 +44,8 @@ from rest_framework.views import APIView
 
 from accounts.authentication import principal_of
 from accounts.models import Principal
-from config.exceptions import ApplicationError, render_exception
-from config.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
+from api.errors import ApplicationError, render_exception
+from idempotency import policy
 from idempotency.errors import (
     IdempotencyKeyConflict,
     IdempotencyKeyInProgress,
@@ -57,6 +54,7 @@ from idempotency.errors import (
 )
 from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched_pointers
 from idempotency.headers import HEADER, parse_idempotency_key
+from idempotency.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
 from idempotency.models import IdempotencyKey
 
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -119,7 +117,7 @@ def idempotent_command(
             finally:
                 IDEMPOTENCY_OUTCOMES.labels(name, outcome).inc()
                 COMMAND_DURATION.labels(name).observe(time.perf_counter() - started)
-                # For the request's log line (config.middleware).
+                # For the request's log line (api.middleware).
                 structlog.contextvars.bind_contextvars(command=name, idempotency_outcome=outcome)
             return response
 
@@ -211,7 +209,7 @@ def run_command(
         except _KeyTaken:
             continue
         return _response_from(record, replayed=False), Outcome.EXECUTED
-    raise IdempotencyKeyInProgress(headers={"Retry-After": _retry_after()})
+    raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
 
 
 class _KeyTaken(Exception):
@@ -270,9 +268,9 @@ def _bound_waits() -> None:
             " set_config('statement_timeout', %s, true),"
             " set_config('idle_in_transaction_session_timeout', %s, true)",
             [
-                _milliseconds(settings.IDEMPOTENCY_WAIT),
-                _milliseconds(settings.IDEMPOTENCY_LOCK_TIMEOUT),
-                _milliseconds(settings.IDEMPOTENCY_LOCK_TIMEOUT),
+                _milliseconds(policy.wait_seconds()),
+                _milliseconds(policy.lock_timeout_seconds()),
+                _milliseconds(policy.lock_timeout_seconds()),
             ],
         )
 
@@ -291,13 +289,15 @@ def _claim(command: Command) -> IdempotencyKey:
             fingerprint=command.fingerprint.digest,
             field_digests=command.fingerprint.field_digests,
             created_at=now,
-            expires_at=now + timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL),
+            expires_at=now + policy.key_ttl(),
         )
     except IntegrityError:
         raise _KeyTaken() from None
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
-            raise IdempotencyKeyInProgress(headers={"Retry-After": _retry_after()}) from None
+            raise IdempotencyKeyInProgress(
+                headers={"Retry-After": policy.in_progress_retry_after()}
+            ) from None
         raise
 
 
@@ -343,10 +343,6 @@ def _response_from(
         if on_replay is not None:
             response = on_replay(record, response)
     return response
-
-
-def _retry_after() -> str:
-    return str(max(1, math.ceil(settings.IDEMPOTENCY_WAIT)))
 
 
 def _milliseconds(seconds: float) -> str:

@@ -1,6 +1,7 @@
 """The refusals of the idempotency layer (contract section 3)."""
 
-from config.exceptions import ApplicationError
+from api.errors import ApplicationError
+from idempotency.policy import MAX_KEY_LENGTH
 
 
 class IdempotencyKeyRequired(ApplicationError):
@@ -15,7 +16,7 @@ class IdempotencyKeyInvalid(ApplicationError):
     code = "IdempotencyKeyInvalid"
     title = "Idempotency-Key invalid"
     default_message = (
-        "Idempotency-Key must be 1 to 255 visible ASCII characters (! to ~), "
+        f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} visible ASCII characters (! to ~), "
         'plain or as a structured-field string ("…").'
     )
 

@@ -6,9 +6,10 @@ from typing import Any
 import http_sf
 
 from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyRequired
+from idempotency.policy import MAX_KEY_LENGTH
 
 HEADER = "Idempotency-Key"
-_VALID_KEY = re.compile(r"[!-~]{1,255}")
+_VALID_KEY = re.compile(rf"[!-~]{{1,{MAX_KEY_LENGTH}}}")
 
 
 def parse_idempotency_key(raw: str | None) -> str:

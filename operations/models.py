@@ -4,7 +4,7 @@ from functools import partial
 
 from django.db import models
 
-from config.ids import new_id
+from api.ids import new_id
 
 
 class Operation(models.Model):
@@ -17,10 +17,6 @@ class Operation(models.Model):
     is a compare-and-set on ``status='processing'``.
     """
 
-    class Kind(models.TextChoices):
-        PAYMENT_CHARGE = "payment.charge"
-        ORDER_REFUND = "order.refund"
-
     class Status(models.TextChoices):
         PROCESSING = "processing"
         SUCCEEDED = "succeeded"
@@ -28,9 +24,11 @@ class Operation(models.Model):
 
     id = models.CharField(primary_key=True, max_length=32, default=partial(new_id, "op"))
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
-    kind = models.CharField(max_length=32, choices=Kind.choices)
+    # A kind some app registered (operations.registry), such as "payment.charge".
+    kind = models.CharField(max_length=32)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROCESSING)
-    # The payment of a payment.charge, the order of an order.refund.
+    # The id of what the operation works on and leads to (links.result), as
+    # its kind's registration spells it: a payment for a charge, for example.
     result_id = models.CharField(max_length=32)
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.CharField(max_length=500, blank=True)
@@ -53,12 +51,14 @@ class Operation(models.Model):
             ),
         ]
         constraints = [
-            # One refund per order: cancelling a paid order again, under any
-            # key, finds the refund already under way.
+            # The same work is never under way twice, nor done twice: of the
+            # operations of one kind on one result, one at most is processing
+            # or succeeded; another may start only after a failure (a refund
+            # refused by the provider may be asked for again).
             models.UniqueConstraint(
-                fields=["result_id"],
-                condition=models.Q(kind="order.refund", status__in=["processing", "succeeded"]),
-                name="operation_one_refund_per_order",
+                fields=["kind", "result_id"],
+                condition=models.Q(status__in=["processing", "succeeded"]),
+                name="operation_one_live_per_result",
             ),
         ]
 

@@ -2,6 +2,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from operations import registry
 from operations.models import Operation
 
 # Seconds a client should wait before polling a processing operation again.
@@ -13,9 +14,7 @@ def operation_path(operation_id: str) -> str:
 
 
 def result_path(operation: Operation) -> str:
-    if operation.kind == Operation.Kind.PAYMENT_CHARGE:
-        return f"/v1/payments/{operation.result_id}"
-    return f"/v1/orders/{operation.result_id}"
+    return registry.kind_of(operation).result_path(operation.result_id)
 
 
 class OperationErrorOutput(serializers.Serializer):
@@ -38,6 +37,13 @@ class OperationOutput(serializers.ModelSerializer):
     class Meta:
         model = Operation
         fields = ["id", "kind", "status", "resultId", "error", "createdAt", "updatedAt", "links"]
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # The kinds are known once the apps have registered them, after
+        # this class is defined; the schema's enum lists them.
+        fields["kind"] = serializers.ChoiceField(choices=registry.kinds())
+        return fields
 
     def get_error(self, operation: Operation) -> dict[str, str] | None:
         if operation.status != Operation.Status.FAILED:

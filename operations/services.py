@@ -4,14 +4,14 @@ import logging
 from datetime import timedelta
 from functools import partial
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Tenant
-from config.celery import app as celery_app
-from config.tracing import current_trace_id
+from observability.tracing import current_trace_id
 from operations.models import Operation
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ def publish(operation_id: str, trace_id: str = "") -> bool:
     message headers, so the task's log lines carry it.
     """
     try:
-        celery_app.send_task(
+        # The Celery app of this process (config/celery.py), without
+        # importing the configuration package.
+        current_app.send_task(
             RUN_OPERATION_TASK,
             kwargs={"operation_id": operation_id},
             headers={"trace_id": trace_id},

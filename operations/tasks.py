@@ -1,19 +1,13 @@
-"""Thin tasks: claim the operation, call one handler, decide about retrying."""
+"""Thin tasks: claim the operation, call its kind's handler, decide about retrying."""
 
 from typing import Any
 
 import structlog
 from celery import Task, shared_task
-from django.conf import settings
 
-from operations import services
-from operations.errors import TransientFailure
-from operations.registry import handler_for
+from operations import registry, services
 
 logger = structlog.get_logger(__name__)
-
-# Retries back off exponentially up to this delay (seconds).
-MAX_BACKOFF = 60.0
 
 
 @shared_task(bind=True, max_retries=None)
@@ -23,11 +17,12 @@ def run_operation(self: Task, *, operation_id: str, **kwargs: Any) -> None:
     if operation is None:
         return  # finished already, or another worker holds it
     structlog.contextvars.bind_contextvars(operation_id=operation.id, kind=operation.kind)
+    kind = registry.kind_of(operation)
     try:
-        handler_for(operation.kind)(operation)
-    except TransientFailure as exc:
+        kind.handler(operation)
+    except kind.retry.on as exc:
         services.release_operation(operation)
-        delay = min(settings.PAYMENT_RETRY_BACKOFF * 2**self.request.retries, MAX_BACKOFF)
+        delay = kind.retry.delay(self.request.retries)
         logger.info("operation will be retried", retry_in_s=delay, reason=str(exc))
         raise self.retry(countdown=delay, exc=exc) from None
 

@@ -1,4 +1,4 @@
-"""Admin for the catalog, orders, payments and the provider simulator's records.
+"""Admin for the catalog, orders and payments.
 
 Only the catalog is editable. Orders and payments change only through
 their commands (row locks, the one-live-payment constraint, forward-only
@@ -7,13 +7,11 @@ them directly would bypass every one of those guarantees, so their pages
 are for reading.
 """
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
 from accounts.admin import ReadOnlyAdminMixin
-from orders.models import Order, OrderItem, Payment, Product, ProviderAttempt, ProviderLedgerEntry
+from orders.models import Order, OrderItem, Payment, Product
 
 
 @admin.register(Product)
@@ -110,65 +108,5 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_help_text = "A payment, order or provider charge id, exactly."
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
-    list_per_page = 50
-    show_full_result_count = False
-
-
-class SimulatorRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """The payment provider simulator's own records, read-only.
-
-    They stand for a remote provider's database, so we only look at them.
-    The page titles say whose they are, since the model names alone read
-    like our own payment tables.
-    """
-
-    def _title(self) -> str:
-        return f"Payment provider simulator: {self.model._meta.verbose_name_plural}"
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        return super().changelist_view(request, {"title": self._title(), **(extra_context or {})})
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        return super().change_view(
-            request, object_id, form_url, {"title": self._title(), **(extra_context or {})}
-        )
-
-
-@admin.register(ProviderLedgerEntry)
-class ProviderLedgerEntryAdmin(SimulatorRecordAdmin):
-    list_display = (
-        "charge_id",
-        "kind",
-        "provider_key",
-        "payment_id",
-        "amount",
-        "currency",
-        "succeeded",
-        "failure_code",
-        "created_at",
-    )
-    list_filter = ("kind", "succeeded")
-    search_fields = ("charge_id__exact", "provider_key__exact", "payment_id__exact")
-    search_help_text = "A charge id, provider key or payment id, exactly."
-    date_hierarchy = "created_at"
-    ordering = ("-created_at", "-charge_id")
-    list_per_page = 50
-    show_full_result_count = False
-
-
-@admin.register(ProviderAttempt)
-class ProviderAttemptAdmin(SimulatorRecordAdmin):
-    list_display = ("provider_key", "count")
-    search_fields = ("provider_key__exact",)
-    search_help_text = "A provider key, exactly (charge-pay_… or refund-pay_…)."
-    ordering = ("provider_key",)
     list_per_page = 50
     show_full_result_count = False

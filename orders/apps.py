@@ -6,5 +6,5 @@ class OrdersConfig(AppConfig):
     verbose_name = "Orders and payments"
 
     def ready(self) -> None:
-        # Registers the handlers of payment.charge and order.refund.
-        from orders import payments  # noqa: F401
+        # Registers the operation kinds payment.charge and order.refund.
+        from orders import services  # noqa: F401

@@ -1,6 +1,31 @@
-"""Refusals shared by several order commands."""
+"""The refusals of the order and payment services and selectors.
 
-from config.exceptions import ApplicationError
+Each is an :class:`api.errors.ApplicationError`: the service raises it, and
+the API layer renders it as a problem response with its status and code.
+"""
+
+from api.errors import ApplicationError, NotFound
+
+
+class NoSuchOrder(NotFound):
+    """An order id in the path names no order of the caller's tenant."""
+
+
+class NoSuchPayment(NotFound):
+    """A payment id in the path names no payment of the caller's tenant."""
+
+
+class OrderNotFound(ApplicationError):
+    """An ``orderId`` in a request body names no order of the caller's tenant.
+
+    ``422``, not ``404``: the URL names a resource that exists (the payments
+    collection); it is the body that cannot be processed.
+    """
+
+    status_code = 422
+    code = "OrderNotFound"
+    title = "Order not found"
+    default_message = "The orderId does not name an order of yours."
 
 
 class UnknownSku(ApplicationError):
@@ -17,8 +42,29 @@ class CurrencyMismatch(ApplicationError):
     default_message = "An item is priced in another currency than the order."
 
 
+class AmountMismatch(ApplicationError):
+    status_code = 422
+    code = "AmountMismatch"
+    title = "Amount mismatch"
+    default_message = "The amount must equal the order's total."
+
+
 class OrderStateConflict(ApplicationError):
     status_code = 409
     code = "OrderStateConflict"
     title = "Order state conflict"
     default_message = "The order's state does not allow this command."
+
+
+class OrderAlreadyPaid(ApplicationError):
+    status_code = 409
+    code = "OrderAlreadyPaid"
+    title = "Order already paid"
+    default_message = "The order is paid already."
+
+
+class PaymentInProgress(ApplicationError):
+    status_code = 409
+    code = "PaymentInProgress"
+    title = "Payment in progress"
+    default_message = "Another payment of this order is processing."

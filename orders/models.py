@@ -4,7 +4,7 @@ from functools import partial
 
 from django.db import models
 
-from config.ids import new_id
+from api.ids import new_id
 
 
 class Product(models.Model):
@@ -75,9 +75,6 @@ class Payment(models.Model):
         FAILED = "failed"
         REFUNDED = "refunded"
 
-    # A payment that holds or held money: while one exists, no other may start.
-    LIVE_STATUSES = (Status.PROCESSING, Status.SUCCEEDED, Status.REFUNDED)
-
     id = models.CharField(primary_key=True, max_length=32, default=partial(new_id, "pay"))
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="payments")
@@ -114,46 +111,3 @@ class Payment(models.Model):
         the charge names the same charge and the provider makes it once.
         """
         return f"charge-{self.id}"
-
-
-# --- The payment provider simulator's own records --------------------------
-# These belong to the simulated provider, not to us: they stand for the
-# provider's database, written in its own transactions, as a remote
-# provider's would be.
-
-
-class ProviderLedgerEntry(models.Model):
-    """A charge or refund the simulated provider made, once per provider key."""
-
-    class Kind(models.TextChoices):
-        CHARGE = "charge"
-        REFUND = "refund"
-
-    charge_id = models.CharField(primary_key=True, max_length=32)
-    kind = models.CharField(max_length=8, choices=Kind.choices)
-    # The caller's idempotency key: the provider makes one entry per key.
-    provider_key = models.CharField(max_length=100, unique=True)
-    payment_id = models.CharField(max_length=32)
-    amount = models.PositiveBigIntegerField()
-    currency = models.CharField(max_length=3)
-    payment_method = models.CharField(max_length=64)
-    succeeded = models.BooleanField()
-    failure_code = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["created_at", "charge_id"]
-        verbose_name_plural = "provider ledger entries"
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.charge_id} ({self.provider_key})"
-
-
-class ProviderAttempt(models.Model):
-    """How many calls the simulated provider has seen per key (drives pm_card_flaky)."""
-
-    provider_key = models.CharField(primary_key=True, max_length=100)
-    count = models.PositiveIntegerField(default=0)
-
-    def __str__(self) -> str:
-        return f"{self.provider_key}: {self.count}"

@@ -1,9 +1,9 @@
-"""Order reads, always scoped to the caller's tenant."""
+"""Order and payment reads, always scoped to the caller's tenant."""
 
 from django.db.models import QuerySet
-from rest_framework.exceptions import NotFound
 
 from accounts.models import Tenant
+from orders.errors import NoSuchOrder, NoSuchPayment
 from orders.models import Order, Payment
 
 
@@ -11,27 +11,24 @@ def orders_of(*, tenant: Tenant) -> QuerySet[Order]:
     return Order.objects.filter(tenant=tenant).prefetch_related("items", "payments")
 
 
-def get_order(*, tenant: Tenant, order_id: str, for_update: bool = False) -> Order:
-    """The tenant's order; another tenant's is as absent as a missing one.
+def get_order(*, tenant: Tenant, order_id: str) -> Order:
+    """The tenant's order, with its lines and payments.
 
-    :raises NotFound: no such order in this tenant.
+    :raises NoSuchOrder: no such order in this tenant (another tenant's is as
+        absent as a missing one).
     """
-    orders = Order.objects.filter(tenant=tenant)
-    orders = (
-        orders.select_for_update() if for_update else orders.prefetch_related("items", "payments")
-    )
-    order = orders.filter(pk=order_id).first()
+    order = orders_of(tenant=tenant).filter(pk=order_id).first()
     if order is None:
-        raise NotFound(f"No order {order_id}.")
+        raise NoSuchOrder(f"No order {order_id}.")
     return order
 
 
 def get_payment(*, tenant: Tenant, payment_id: str) -> Payment:
     """The tenant's payment.
 
-    :raises NotFound: no such payment in this tenant.
+    :raises NoSuchPayment: no such payment in this tenant.
     """
     payment = Payment.objects.filter(tenant=tenant, pk=payment_id).first()
     if payment is None:
-        raise NotFound(f"No payment {payment_id}.")
+        raise NoSuchPayment(f"No payment {payment_id}.")
     return payment

@@ -4,12 +4,12 @@ from typing import Any
 
 from rest_framework import serializers
 
-from config.fields import StrictCharField, StrictIntegerField, StrictSerializer
+from api.fields import StrictCharField, StrictIntegerField, StrictSerializer
 from operations.models import Operation
 from operations.serializers import operation_path
+from orders.links import order_path, payment_path
 from orders.models import Order, OrderItem, Payment
-from orders.payments import NewPayment
-from orders.services import NewOrder, OrderLine
+from orders.services import NewOrder, NewPayment, OrderLine
 
 MAX_ITEMS = 100
 MAX_QTY = 1000
@@ -184,11 +184,3 @@ class RefundAcceptedOutput(serializers.Serializer):
             "operationId": operation.id,
             "links": {"self": order_path(order.id), "operation": operation_path(operation.id)},
         }
-
-
-def order_path(order_id: str) -> str:
-    return f"/v1/orders/{order_id}"
-
-
-def payment_path(payment_id: str) -> str:
-    return f"/v1/payments/{payment_id}"

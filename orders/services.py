@@ -1,15 +1,58 @@
-"""Order commands. Each is one typed function with a visible transaction."""
+"""Order and payment commands, and the asynchronous work that charges and refunds.
+
+Each command is one typed function with a visible transaction. The
+idempotency layer opens the outer transaction (the key's claim, the
+effects and the stored answer commit together), so these blocks nest in
+it. Commands that need the provider record an operation instead of calling
+it: a worker performs the operation later (:func:`charge_payment`,
+:func:`refund_order`), calling the provider outside any transaction and
+recording the outcome in one.
+
+Every writer of an order or its payments takes the order's row lock first
+(:func:`_lock_order`), so that they take turns in one order and never
+deadlock.
+"""
 
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from accounts.models import Tenant
+from operations import registry
 from operations.models import Operation
-from orders.errors import CurrencyMismatch, OrderStateConflict, UnknownSku
+from operations.services import finish_operation, start_operation
+from orders.errors import (
+    AmountMismatch,
+    CurrencyMismatch,
+    NoSuchOrder,
+    OrderAlreadyPaid,
+    OrderNotFound,
+    OrderStateConflict,
+    PaymentInProgress,
+    UnknownSku,
+)
+from orders.links import order_path, payment_path
 from orders.models import Order, OrderItem, Payment, Product
-from orders.payments import start_refund
-from orders.selectors import get_order
+from provider.gateway import ProviderResult, ProviderUnavailable, get_gateway
+
+CHARGE_PAYMENT = "payment.charge"
+REFUND_ORDER = "order.refund"
+
+
+def _payment_retry_backoff() -> float:
+    return settings.PAYMENT_RETRY_BACKOFF
+
+
+# A provider call whose outcome is unknown is retried with the same provider
+# key, after PAYMENT_RETRY_BACKOFF seconds, doubling each time up to a minute.
+_PROVIDER_RETRY = registry.RetryPolicy(
+    on=(ProviderUnavailable,), first_delay=_payment_retry_backoff
+)
+
+
+# --- Orders -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -77,22 +120,176 @@ def cancel_order(*, tenant: Tenant, order_id: str, reason: str = "") -> Cancella
     Cancelling a cancelled order changes nothing, and cancelling an order
     whose refund is under way answers that refund.
 
-    :raises NotFound: no such order in this tenant.
+    :raises NoSuchOrder: no such order in this tenant.
     :raises OrderStateConflict: a payment of the order is processing.
     """
     with transaction.atomic():
-        # Locked, so a concurrent payment or cancel sees the outcome of ours.
-        order = get_order(tenant=tenant, order_id=order_id, for_update=True)
+        order = _lock_order(order_id, tenant=tenant)
+        if order is None:
+            raise NoSuchOrder(f"No order {order_id}.")
         if order.status == Order.Status.CANCELLED:
             return Cancellation(order=order)
         if order.status == Order.Status.PAID:
             if reason:
                 order.cancel_reason = reason
                 order.save(update_fields=["cancel_reason", "updated_at"])
-            return Cancellation(order=order, refund=start_refund(order=order))
+            return Cancellation(order=order, refund=_start_refund(order))
         if order.payments.filter(status=Payment.Status.PROCESSING).exists():
             raise OrderStateConflict("A payment of this order is processing; retry when it ends.")
         order.status = Order.Status.CANCELLED
         order.cancel_reason = reason
         order.save(update_fields=["status", "cancel_reason", "updated_at"])
     return Cancellation(order=order)
+
+
+def _lock_order(order_id: str, *, tenant: Tenant | None = None) -> Order | None:
+    """The order with its row locked until the transaction ends; None if there is none.
+
+    The one lock of an order, taken first by everything that writes it or
+    its payments: payments and cancels of one order take turns, so each
+    sees the outcome of the one before. And a worker recording a charge
+    takes it before it updates the payment: a command holding the order's
+    lock may be inserting a payment, which waits on that payment's row in
+    ``payment_one_live_per_order``; were the payment updated before the
+    order is locked, each would wait for the other (a deadlock, and a 500).
+
+    ``tenant``: the caller's, for a command (another tenant's order is as
+    absent as a missing one); a worker names the order of its operation.
+    """
+    orders = Order.objects.select_for_update()
+    if tenant is not None:
+        orders = orders.filter(tenant=tenant)
+    return orders.filter(pk=order_id).first()
+
+
+# --- Payments ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewPayment:
+    order_id: str
+    amount: int
+    currency: str
+    payment_method: str
+
+
+def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, Operation]:
+    """Record a payment and the operation that will charge it.
+
+    :raises OrderNotFound: no such order in this tenant.
+    :raises OrderStateConflict: the order is cancelled.
+    :raises OrderAlreadyPaid: the order is paid.
+    :raises PaymentInProgress: another payment of the order is processing.
+    :raises CurrencyMismatch: the currency is not the order's.
+    :raises AmountMismatch: the amount is not the order's total.
+    """
+    with transaction.atomic():
+        order = _lock_order(new_payment.order_id, tenant=tenant)
+        if order is None:
+            raise OrderNotFound(details={"orderId": new_payment.order_id})
+        if order.status == Order.Status.CANCELLED:
+            raise OrderStateConflict("A cancelled order cannot be paid.")
+        if order.status == Order.Status.PAID:
+            raise OrderAlreadyPaid()
+        if new_payment.currency != order.currency:
+            raise CurrencyMismatch(
+                f"The order is in {order.currency}.", details={"currency": order.currency}
+            )
+        if new_payment.amount != order.total_amount:
+            raise AmountMismatch(details={"totalAmount": order.total_amount})
+        try:
+            with transaction.atomic():
+                payment = Payment.objects.create(
+                    tenant=tenant,
+                    order=order,
+                    amount=new_payment.amount,
+                    currency=new_payment.currency,
+                    payment_method=new_payment.payment_method,
+                )
+        except IntegrityError:
+            # payment_one_live_per_order: a payment of this order is processing.
+            raise PaymentInProgress() from None
+        operation = start_operation(tenant=tenant, kind=CHARGE_PAYMENT, result_id=payment.id)
+    return payment, operation
+
+
+@registry.register(CHARGE_PAYMENT, result_path=payment_path, retry=_PROVIDER_RETRY)
+def charge_payment(operation: Operation) -> None:
+    """Charge the operation's payment and record the outcome.
+
+    :raises ProviderUnavailable: the outcome is unknown; retry.
+    """
+    payment = Payment.objects.get(pk=operation.result_id)
+    result = get_gateway().charge(
+        provider_key=payment.provider_key,
+        payment_id=payment.id,
+        amount=payment.amount,
+        currency=payment.currency,
+        payment_method=payment.payment_method,
+    )
+    now = timezone.now()
+    with transaction.atomic():
+        _lock_order(payment.order_id)
+        if not _finish(operation, result, declined="PaymentDeclined", what="payment"):
+            return  # another attempt recorded the outcome first
+        Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
+            status=Payment.Status.SUCCEEDED if result.succeeded else Payment.Status.FAILED,
+            failure_code=result.failure_code,
+            provider_charge_id=result.charge_id,
+            updated_at=now,
+        )
+        if result.succeeded:
+            Order.objects.filter(pk=payment.order_id, status=Order.Status.PENDING).update(
+                status=Order.Status.PAID, updated_at=now
+            )
+
+
+def _start_refund(order: Order) -> Operation:
+    """The refund of a paid order: the one under way, or a new one.
+
+    The caller holds the order's row lock.
+    """
+    under_way = Operation.objects.filter(
+        kind=REFUND_ORDER, result_id=order.id, status=Operation.Status.PROCESSING
+    ).first()
+    return under_way or start_operation(tenant=order.tenant, kind=REFUND_ORDER, result_id=order.id)
+
+
+@registry.register(REFUND_ORDER, result_path=order_path, retry=_PROVIDER_RETRY)
+def refund_order(operation: Operation) -> None:
+    """Refund the order's payment, then mark it refunded and the order cancelled.
+
+    :raises ProviderUnavailable: the outcome is unknown; retry.
+    """
+    payment = Payment.objects.get(order_id=operation.result_id, status=Payment.Status.SUCCEEDED)
+    result = get_gateway().refund(
+        # Derived from the refund operation: its retries and redeliveries are
+        # one refund, and a new refund after a declined one is a new call.
+        provider_key=f"refund-{operation.id}",
+        payment_id=payment.id,
+        amount=payment.amount,
+        currency=payment.currency,
+    )
+    now = timezone.now()
+    with transaction.atomic():
+        _lock_order(payment.order_id)
+        if not _finish(operation, result, declined="RefundDeclined", what="refund"):
+            return  # another attempt recorded the outcome first
+        if not result.succeeded:
+            return  # the order stays paid; cancelling again starts a new refund
+        Payment.objects.filter(pk=payment.pk).update(status=Payment.Status.REFUNDED, updated_at=now)
+        Order.objects.filter(pk=payment.order_id).update(
+            status=Order.Status.CANCELLED, updated_at=now
+        )
+
+
+def _finish(operation: Operation, result: ProviderResult, *, declined: str, what: str) -> bool:
+    """Record the provider's answer on the operation; False if it was finished already."""
+    if result.succeeded:
+        return finish_operation(operation, succeeded=True)
+    return finish_operation(
+        operation,
+        succeeded=False,
+        error_code=declined,
+        error_message=f"The provider declined the {what} ({result.failure_code}).",
+    )

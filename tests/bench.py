@@ -104,7 +104,7 @@ class Bench:
         import django
 
         django.setup()
-        from config.parsers import loads_strict
+        from api.parsers import loads_strict
         from idempotency.fingerprint import fingerprint_request
         from tests.hostile.bodies import SHAPES
 

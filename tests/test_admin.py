@@ -15,7 +15,8 @@ from accounts.models import ApiToken, Principal, Tenant
 from idempotency.admin import RESPONSE_BODY_PREVIEW_BYTES
 from idempotency.models import IdempotencyKey
 from operations.models import Operation
-from orders.models import Order, Payment, Product, ProviderAttempt, ProviderLedgerEntry
+from orders.models import Order, Payment, Product
+from provider.models import Attempt, LedgerEntry
 
 pytestmark = pytest.mark.django_db
 
@@ -39,8 +40,8 @@ class Records:
     payment: Payment
     operation: Operation
     key: IdempotencyKey
-    ledger_entry: ProviderLedgerEntry
-    attempt: ProviderAttempt
+    ledger_entry: LedgerEntry
+    attempt: Attempt
 
 
 @pytest.fixture
@@ -62,9 +63,9 @@ def records(api: Any, order_body: dict[str, Any]) -> Records:
     assert paid.status_code == 202
     payment = Payment.objects.get(pk=json.loads(paid.content)["paymentId"])
     # Written directly: the simulator refuses to run inside the test's transaction.
-    ledger_entry = ProviderLedgerEntry.objects.create(
+    ledger_entry = LedgerEntry.objects.create(
         charge_id="ch_admin",
-        kind=ProviderLedgerEntry.Kind.CHARGE,
+        kind=LedgerEntry.Kind.CHARGE,
         provider_key=payment.provider_key,
         payment_id=payment.id,
         amount=payment.amount,
@@ -72,7 +73,7 @@ def records(api: Any, order_body: dict[str, Any]) -> Records:
         payment_method=payment.payment_method,
         succeeded=True,
     )
-    attempt = ProviderAttempt.objects.create(provider_key=payment.provider_key, count=1)
+    attempt = Attempt.objects.create(provider_key=payment.provider_key, count=1)
     return Records(
         order=order,
         payment=payment,
@@ -107,8 +108,8 @@ CHANGELISTS = [
     (Payment, lambda r: r.payment.id),
     (Operation, lambda r: r.operation.id),
     (IdempotencyKey, lambda r: "admin-order"),
-    (ProviderLedgerEntry, lambda r: "ch_admin"),
-    (ProviderAttempt, lambda r: r.attempt.provider_key),
+    (LedgerEntry, lambda r: "ch_admin"),
+    (Attempt, lambda r: r.attempt.provider_key),
 ]
 
 
@@ -133,7 +134,7 @@ def test_the_order_changelist_finds_an_order_by_id_and_by_customer(
 
 
 def test_the_simulator_pages_say_whose_records_they_are(admin_client: Client, records: Records):
-    listing = admin_client.get(changelist(ProviderLedgerEntry))
+    listing = admin_client.get(changelist(LedgerEntry))
     detail = admin_client.get(change_page(records.attempt))
 
     assert "Payment provider simulator" in page_text(listing)
@@ -142,7 +143,7 @@ def test_the_simulator_pages_say_whose_records_they_are(admin_client: Client, re
 
 # --- read-only records ----------------------------------------------------------
 
-READ_ONLY = [Order, Payment, Operation, IdempotencyKey, ProviderLedgerEntry, ProviderAttempt]
+READ_ONLY = [Order, Payment, Operation, IdempotencyKey, LedgerEntry, Attempt]
 
 
 @pytest.mark.parametrize("model", READ_ONLY, ids=lambda m: m.__name__)

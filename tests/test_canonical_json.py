@@ -16,10 +16,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.parsers import MAX_DEPTH, loads_strict
+from api.parsers import MAX_DEPTH, MAX_SAFE_INTEGER, loads_strict
 from idempotency.canonical import canonical_json
-
-MAX_SAFE_INTEGER = 2**53 - 1
 
 # Doubles of every magnitude, and the ones whose spelling the mending
 # changes: integral values, and exponents from -9 to -5 and 16 to 20.

@@ -17,7 +17,7 @@ from django.test import override_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.parsers import loads_strict
+from api.parsers import MAX_SAFE_INTEGER, loads_strict
 from idempotency.fingerprint import (
     MAX_FIELD_DIGESTS,
     Fingerprint,
@@ -25,7 +25,6 @@ from idempotency.fingerprint import (
     mismatched_pointers,
 )
 
-MAX_SAFE_INTEGER = 2**53 - 1
 METHOD = "POST"
 PATH = "/v1/orders"
 JSON_WHITESPACE = " \t\n\r"

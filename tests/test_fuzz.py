@@ -24,8 +24,8 @@ from rest_framework.fields import Field
 
 from accounts.services import create_api_client
 from config.celery import app as celery_app
-from config.openapi import IDEMPOTENCY_KEY_PATTERN
 from idempotency.models import IdempotencyKey
+from idempotency.schema import IDEMPOTENCY_KEY_PATTERN
 from orders.serializers import CreateOrderInput, OrderLineInput
 from tests.conftest import Api
 from tests.live import LiveService, serve, test_database_env

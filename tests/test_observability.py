@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from config.logging import json_formatter
+from observability.logging import json_formatter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.test import Client
 from drf_spectacular.drainage import GENERATOR_STATS
 
-from config.openapi import PYTHON_WHITESPACE
+from api.openapi import PYTHON_WHITESPACE
 
 COMMAND_METHODS = ("post", "put", "patch", "delete")
 PROBLEM_REF = "#/components/schemas/Problem"

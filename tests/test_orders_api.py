@@ -282,7 +282,7 @@ def test_health_endpoints_need_no_authentication(client, db):
 def test_djangos_own_validation_errors_render_as_contract_problems():
     from django.core.exceptions import ValidationError as DjangoValidationError
 
-    from config.exceptions import render_exception
+    from api.errors import render_exception
 
     response = render_exception(DjangoValidationError({"customerId": ["Too long."]}))
 

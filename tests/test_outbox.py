@@ -10,7 +10,7 @@ from django.utils import timezone
 from config.celery import app
 from operations.models import Operation
 from operations.services import claim_operation, publish, sweep_stale_operations
-from orders.models import ProviderLedgerEntry
+from provider.models import LedgerEntry
 from tests.conftest import running_worker
 from tests.live import serve, test_database_env
 
@@ -68,12 +68,12 @@ def test_a_command_committed_while_the_broker_is_down_is_done_once_it_is_back(
     assert response.status_code == 202
     operation_id = response.json()["operationId"]
     assert Operation.objects.get(pk=operation_id).status == Operation.Status.PROCESSING
-    assert ProviderLedgerEntry.objects.count() == 0
+    assert LedgerEntry.objects.count() == 0
     # The broker is back (this process's broker is up); the sweep finds the work.
     settings.OPERATION_STALE_AFTER = 0
     assert sweep_stale_operations() == 1
     assert finished_operation(operation_id).status == Operation.Status.SUCCEEDED
-    assert ProviderLedgerEntry.objects.count() == 1
+    assert LedgerEntry.objects.count() == 1
 
 
 def test_an_operation_of_a_dead_worker_is_picked_up_again_by_the_sweep(
@@ -98,7 +98,7 @@ def test_an_operation_of_a_dead_worker_is_picked_up_again_by_the_sweep(
     assert after_lapse == 1
     assert operation.status == Operation.Status.SUCCEEDED
     assert operation.attempts == 2
-    assert ProviderLedgerEntry.objects.count() == 1
+    assert LedgerEntry.objects.count() == 1
 
 
 def test_publishing_twice_is_harmless(api, worker, finished_operation):
@@ -109,4 +109,4 @@ def test_publishing_twice_is_harmless(api, worker, finished_operation):
 
     operation = finished_operation(accepted["operationId"])
     assert operation.status == Operation.Status.SUCCEEDED
-    assert ProviderLedgerEntry.objects.count() == 1
+    assert LedgerEntry.objects.count() == 1

@@ -12,8 +12,9 @@ from django.db import IntegrityError, connections, transaction
 from operations.models import Operation
 from operations.services import finish_operation
 from operations.tasks import run_operation
-from orders.models import Order, Payment, ProviderAttempt
-from orders.payments import charge_payment
+from orders.models import Order, Payment
+from orders.services import charge_payment
+from provider.models import Attempt
 from tests.conftest import backend_waiting_on_a_lock, run_concurrently, wait_until
 from tests.live import test_database_url
 
@@ -134,7 +135,7 @@ def test_a_flaky_provider_is_retried_and_charges_once(api, order_body, worker, f
     assert operation.status == Operation.Status.SUCCEEDED
     # A timeout after charging, a 503, then the answer: three calls, one charge.
     assert operation.attempts == 3
-    assert ProviderAttempt.objects.get().count == 3
+    assert Attempt.objects.get().count == 3
     charges = [e for e in ledger() if e["paymentId"] == accepted["paymentId"]]
     assert len(charges) == 1
     assert Payment.objects.get().provider_charge_id == charges[0]["chargeId"]

@@ -3,7 +3,7 @@
 import json
 from collections.abc import Callable
 
-from config.parsers import MAX_DEPTH
+from api.parsers import MAX_DEPTH
 from tests.conftest import ORDER
 
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from config.fields import MAX_NAMED_FIELD_LENGTH, MAX_UNKNOWN_FIELDS_NAMED
+from api.fields import MAX_NAMED_FIELD_LENGTH, MAX_UNKNOWN_FIELDS_NAMED
 from idempotency.commands import MAX_STORED_RESPONSE_BYTES
 from idempotency.models import IdempotencyKey
 from orders.models import Order

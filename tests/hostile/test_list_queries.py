@@ -74,7 +74,7 @@ def test_a_cursor_with_one_character_changed_is_refused(api, three_orders):
 
 def test_a_cursor_signed_with_another_secret_key_is_refused(api, three_orders):
     with override_settings(SECRET_KEY="another-secret-key-that-is-long-enough-0123456789"):
-        foreign = signing.Signer(salt="config.pagination.cursor").sign_object([0, False, None])
+        foreign = signing.Signer(salt="api.pagination.cursor").sign_object([0, False, None])
 
     response = api.get(f"/v1/orders?cursor={quote(foreign)}")
 

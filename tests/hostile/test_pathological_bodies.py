@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from config.parsers import MAX_DEPTH, loads_strict
+from api.parsers import MAX_DEPTH, loads_strict
 from idempotency.fingerprint import MAX_FIELD_DIGESTS, MAX_POINTER_LENGTH, fingerprint_request
 from idempotency.models import IdempotencyKey
 from orders.models import Order

@@ -1,9 +1,8 @@
 """Liveness and readiness probes (no authentication)."""
 
+from celery import current_app
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
-
-from config.celery import app as celery_app
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -32,7 +31,7 @@ def _database_ok() -> bool:
 
 def _broker_ok() -> bool:
     try:
-        with celery_app.connection_for_write() as conn:
+        with current_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
     except Exception:
         return False

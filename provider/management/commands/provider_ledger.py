@@ -3,7 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from orders.models import ProviderLedgerEntry
+from provider.models import LedgerEntry
 
 
 class Command(BaseCommand):
@@ -12,7 +12,7 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        for entry in ProviderLedgerEntry.objects.iterator():
+        for entry in LedgerEntry.objects.iterator():
             self.stdout.write(
                 json.dumps(
                     {

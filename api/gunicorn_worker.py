@@ -7,20 +7,19 @@ offending bytes. This worker answers those in the service's error format
 instead.
 
 This module must not import Django: gunicorn's arbiter loads the worker
-class before it forks, and config/gunicorn.py loads this file by its path
-(not as ``config.gunicorn_worker``, whose package imports the Celery app and
-with it Django's settings).
+class before it forks, and the application (Django's settings, the Celery
+app) must be loaded by each worker after it. The ``api`` package imports
+nothing on its own, and :mod:`api.problem` is plain Python.
 """
 
 import http
-import json
 import uuid
 from typing import Any
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
-PROBLEM_CONTENT_TYPE = "application/problem+json"
+from api.problem import PROBLEM_CONTENT_TYPE, problem_body
 
 # gunicorn's status -> the contract's code, title and message. The messages
 # are fixed: gunicorn's own text quotes the client's bytes and its internals.
@@ -80,17 +79,7 @@ def problem_answer(status: int) -> tuple[bytes, str]:
         status, problem = 500, _INTERNAL_ERROR
     code, title, message = problem
     trace_id = uuid.uuid4().hex
-    body = json.dumps(
-        {
-            "type": f"urn:order-service:problem:{code}",
-            "title": title,
-            "status": status,
-            "error": code,
-            "message": message,
-            "traceId": trace_id,
-        },
-        separators=(",", ":"),
-    ).encode()
+    body = problem_body(status=status, code=code, title=title, message=message, trace_id=trace_id)
     head = (
         f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
         "Connection: close\r\n"

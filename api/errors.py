@@ -9,11 +9,11 @@ translated here, and anything unexpected becomes ``500 InternalError``
 without a trace of the code that failed.
 """
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -21,11 +21,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions as drf
 from rest_framework.serializers import as_serializer_error
 
-from config.tracing import current_trace_id
+from api.problem import PROBLEM_CONTENT_TYPE, problem_body
+from observability.tracing import current_trace_id
 
 logger = logging.getLogger(__name__)
-
-PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 
 class ApplicationError(Exception):
@@ -56,11 +55,35 @@ class ApplicationError(Exception):
         super().__init__(self.message)
 
 
+class NotFound(ApplicationError):
+    """A resource named in the path does not exist for the caller.
+
+    Apps subclass it per resource (``NoSuchOrder``); another tenant's
+    resource is answered alike, so that ids reveal nothing.
+    """
+
+    status_code = 404
+    code = "NotFound"
+    title = "Not found"
+    default_message = "No such resource."
+
+
+def body_limit_text() -> str:
+    """``1 MiB``: the request body limit (``MAX_REQUEST_BODY_BYTES``) as people read it."""
+    limit: int = settings.MAX_REQUEST_BODY_BYTES
+    for unit, size in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if limit % size == 0:
+            return f"{limit // size} {unit}"
+    return f"{limit} bytes"
+
+
 class PayloadTooLarge(ApplicationError):
     status_code = 413
     code = "PayloadTooLarge"
     title = "Payload too large"
-    default_message = "Request bodies are limited to 1 MiB."
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message or f"Request bodies are limited to {body_limit_text()}.", **kwargs)
 
 
 class LengthRequired(ApplicationError):
@@ -108,19 +131,16 @@ def problem_response(
     headers: Mapping[str, str] | None = None,
 ) -> HttpResponse:
     """Render one problem details response; the single place that shapes errors."""
-    body: dict[str, Any] = {
-        "type": f"urn:order-service:problem:{code}",
-        "title": title,
-        "status": status,
-        "error": code,
-        "message": message,
-        "traceId": current_trace_id(),
-    }
-    if details:
-        body["details"] = details
-    body.update(extra or {})
     response = HttpResponse(
-        json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+        problem_body(
+            status=status,
+            code=code,
+            title=title,
+            message=message,
+            trace_id=current_trace_id(),
+            details=details,
+            extra=extra,
+        ),
         status=status,
         content_type=PROBLEM_CONTENT_TYPE,
     )

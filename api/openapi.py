@@ -1,16 +1,21 @@
-"""The OpenAPI description of the API: the pieces every endpoint shares.
+"""The OpenAPI machinery every endpoint shares: drf-spectacular, taught the house rules.
 
-Views describe themselves with :func:`command_schema` and :func:`read_schema`,
-which add what the contract promises of every command or read (the
-``Idempotency-Key`` header, the problem body, every error status and the
-response headers), so that no endpoint can forget one. The examples of
-error bodies are rendered by :func:`config.exceptions.render_exception`
-itself, so they cannot drift from what the service answers.
+- :class:`StrictSerializerScheme` describes input as strictly as
+  :class:`api.fields.StrictSerializer` validates it.
+- :class:`Problem` is the error body, and a :class:`Refusal` is one error
+  an endpoint may answer, with its example rendered by
+  :func:`api.errors.render_exception` itself, so the documented bodies
+  cannot drift from what the service answers.
+- :func:`read_schema` decorates a read with everything the API promises of
+  every read (``401``, ``406``, ``429``, ``500``, ``X-Request-ID``), so no
+  endpoint can forget one; commands add the idempotency layer's part
+  (idempotency/schema.py).
+- The post-processing hooks name path parameters in camelCase, mark every
+  member of a response body required, and put an app's links on its
+  responses (:func:`links_hook`).
 
-This module also teaches drf-spectacular about our bearer tokens and strict
-serializers, and its post-processing hooks name path parameters in the
-contract's camelCase, mark every member of a response body required and add
-the links between operations.
+What belongs to one app (its endpoints' decorators, its links) lives in
+that app's ``schema.py``.
 """
 
 import json
@@ -20,12 +25,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from drf_spectacular.extensions import (
-    OpenApiAuthenticationExtension,
-    OpenApiSerializerExtension,
-)
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiParameter,
@@ -35,41 +36,17 @@ from drf_spectacular.utils import (
 from rest_framework import exceptions as drf
 from rest_framework import serializers
 
-from config.exceptions import PROBLEM_CONTENT_TYPE, InternalError, PayloadTooLarge, render_exception
-from config.pagination import (
+from api.errors import InternalError, NotFound, PayloadTooLarge, body_limit_text, render_exception
+from api.pagination import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     MIN_PAGE_SIZE,
     InvalidListQuery,
 )
-from idempotency.errors import (
-    IdempotencyKeyConflict,
-    IdempotencyKeyInProgress,
-    IdempotencyKeyInvalid,
-    IdempotencyKeyRequired,
-)
+from api.parsers import MAX_DEPTH, MAX_SAFE_INTEGER
+from api.problem import PROBLEM_CONTENT_TYPE
 
-# --- Authentication and strict input ----------------------------------------
-
-
-class BearerTokenScheme(OpenApiAuthenticationExtension):
-    """``Authorization: Bearer <token>`` (accounts.authentication)."""
-
-    target_class = "accounts.authentication.BearerTokenAuthentication"
-    name = "bearerAuth"
-
-    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
-        return {
-            **build_bearer_security_scheme_object(
-                header_name="Authorization",
-                token_prefix="Bearer",  # noqa: S106 - a scheme name
-            ),
-            "description": (
-                "An API token from `python manage.py create_api_client TENANT NAME`. "
-                "No header: `401 NotAuthenticated`; an unknown, revoked or malformed "
-                "one: `401 AuthenticationFailed`."
-            ),
-        }
+# --- Strict input ------------------------------------------------------------
 
 
 class StrictSerializerScheme(OpenApiSerializerExtension):
@@ -79,7 +56,7 @@ class StrictSerializerScheme(OpenApiSerializerExtension):
     fuzzer) would believe that requests the service refuses are valid.
     """
 
-    target_class = "config.fields.StrictSerializer"
+    target_class = "api.fields.StrictSerializer"
     match_subclasses = True
 
     def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
@@ -115,10 +92,6 @@ def _constrain_list(field: serializers.ListSerializer, prop: dict[str, Any]) -> 
         prop["minItems"] = min_items
     if max_length is not None:
         prop["maxItems"] = max_length
-
-
-# config.parsers refuses any integer a double cannot hold exactly (I-JSON).
-MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def _constrain_integer(prop: dict[str, Any]) -> None:
@@ -177,14 +150,13 @@ class Problem(serializers.Serializer):
     )
 
 
-_EXAMPLE_TRACE_ID = "6f1c2a9e0b7d4c35a8e2f41d9b0c7e12"
-_EXAMPLE_KEY = "7f2c6d8e-1b4a-4c1e-9f3a-2d5e8b7c9a01"
+EXAMPLE_TRACE_ID = "6f1c2a9e0b7d4c35a8e2f41d9b0c7e12"
 
 
-def _rendered(error: BaseException) -> dict[str, Any]:
+def rendered(error: BaseException) -> dict[str, Any]:
     """The body the service answers for ``error``, with a fixed trace id."""
     body: dict[str, Any] = json.loads(render_exception(error).content)
-    body["traceId"] = _EXAMPLE_TRACE_ID
+    body["traceId"] = EXAMPLE_TRACE_ID
     return body
 
 
@@ -197,25 +169,16 @@ class Refusal:
 
     @cached_property
     def body(self) -> dict[str, Any]:
-        return _rendered(self.error)
+        return rendered(self.error)
 
 
 MALFORMED_JSON = Refusal(
     drf.ParseError("The body is not valid JSON: Expecting value (line 1, column 1)."),
     "the body is not JSON, or not I-JSON (RFC 7493: UTF-8, unique member names, "
     "integers within ±(2^53 - 1), numbers within the range of a double, no lone "
-    "surrogates), its arrays and objects nest deeper than 256 levels, a member name "
+    f"surrogates), its arrays and objects nest deeper than {MAX_DEPTH} levels, a member name "
     "holds U+0000, or the body ended before its `Content-Length`. Not stored: nothing "
     "executed.",
-)
-KEY_REQUIRED = Refusal(
-    IdempotencyKeyRequired(),
-    "the `Idempotency-Key` header is missing. Not stored: nothing executed.",
-)
-KEY_INVALID = Refusal(
-    IdempotencyKeyInvalid(),
-    "the key is empty, longer than 255 characters or not visible ASCII. "
-    "Not stored: nothing executed.",
 )
 NOT_AUTHENTICATED = Refusal(
     drf.NotAuthenticated(), "no `Authorization` header. Never stored: a retry with a token runs."
@@ -234,40 +197,21 @@ UNSUPPORTED_MEDIA_TYPE = Refusal(
 )
 PAYLOAD_TOO_LARGE = Refusal(
     PayloadTooLarge(),
-    "the body is over 1 MiB, whether sent with a `Content-Length` or chunked. Not stored.",
-)
-KEY_CONFLICT = Refusal(
-    IdempotencyKeyConflict(
-        details={"mismatch": ["/items/0/qty"]}, extra={"idempotencyKey": _EXAMPLE_KEY}
-    ),
-    "the key was used before for another request (another body, endpoint or path "
-    "parameter). Nothing executes. `details.mismatch` lists what differs as JSON "
-    "Pointers into the request (`/items/0/qty`, `/currency`) or `/method`, `/path`, "
-    "never the values; `idempotencyKey` repeats the key.",
-)
-KEY_IN_PROGRESS = Refusal(
-    IdempotencyKeyInProgress(headers={"Retry-After": "2"}),
-    "the key's first request was still executing after waiting `IDEMPOTENCY_WAIT` "
-    "(default 2 s) for it. Nothing executes; retry after `Retry-After` seconds to get "
-    "its replay.",
+    f"the body is over {body_limit_text()}, whether sent with a `Content-Length` or chunked. "
+    "Not stored.",
 )
 THROTTLED = Refusal(
     drf.Throttled(wait=29),
     "over the principal's rate limit. Only when the deployment sets "
     "`API_THROTTLE_RATE` (off by default). Not stored.",
 )
-INTERNAL_ERROR = Refusal(
-    InternalError(),
-    "the service failed. For a command whose own code failed this is final and "
-    "replayed; if the database failed under it, nothing was stored and a retry "
-    "executes it once.",
-)
+INTERNAL_ERROR = Refusal(InternalError(), "the service failed; quote the `traceId`.")
 
 
 def not_found(resource: str, example_id: str) -> Refusal:
     """``404 NotFound`` for a path id: missing, or another tenant's."""
     return Refusal(
-        drf.NotFound(f"No {resource} {example_id}."),
+        NotFound(f"No {resource} {example_id}."),
         f"no such {resource} in your tenant (another tenant's is answered alike).",
     )
 
@@ -286,45 +230,6 @@ def validation_error(serializer_class: type[serializers.Serializer], body: Any) 
 
 # --- Parameters and response headers ---------------------------------------
 
-# Plain form: visible ASCII, not starting with a quote (that would be the
-# other form). Structured-field form (RFC 9651 String): the same characters
-# in quotes, with `"` and `\` escaped by a backslash.
-IDEMPOTENCY_KEY_PATTERN = r'^(?:[!#-~][!-~]{0,254}|"(?:[!#-\[\]-~]|\\["\\]){1,255}")$'
-
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    location=OpenApiParameter.HEADER,
-    required=True,
-    type=str,
-    pattern=IDEMPOTENCY_KEY_PATTERN,
-    description=(
-        "Makes the command safe to retry: send a new key (a UUID is fine) for each new "
-        "command, and the same key with the same request to retry it.\n\n"
-        "- **Format**: 1 to 255 visible ASCII characters (`!` to `~`, no space), in the "
-        'plain form (`7f2c…`) or the structured-field string form (`"7f2c…"`); both '
-        "name the same key. Missing: `400 IdempotencyKeyRequired`; otherwise malformed: "
-        "`400 IdempotencyKeyInvalid`. Neither executes nor stores anything.\n"
-        "- **Scope**: (tenant, principal, key). Another principal's identical key is an "
-        "unrelated key.\n"
-        "- **Fingerprint**: SHA-256 of the method, the route with its path parameters "
-        "and the body canonicalised by RFC 8785 (key order, white space and number "
-        "spelling do not matter).\n"
-        "- **Replay**: a completed key with the same fingerprint executes nothing and "
-        "answers the stored response: the same status, body bytes, `Content-Type` and "
-        "`Location`, plus `Idempotent-Replayed: true`. Failures are replayed too "
-        "(400 `ValidationError`, 409, 422, 500). A command answered `202` replays the "
-        "same ids and links with its operation's *current* `status`.\n"
-        "- **Conflict**: the same key with a different fingerprint executes nothing: "
-        "`409 IdempotencyKeyConflict`, whose `details.mismatch` lists the differing JSON "
-        "Pointers (`/items/0/qty`, `/method`, `/path`).\n"
-        "- **In flight**: while the key's first request executes, a copy waits for it "
-        "up to `IDEMPOTENCY_WAIT` (default 2 s) and gets its replay; after that, "
-        "`409 IdempotencyKeyInProgress` with `Retry-After`.\n"
-        "- **Retention**: a completed key is kept for `IDEMPOTENCY_KEY_TTL` seconds "
-        "(default 86400, 24 h), then purged; afterwards the same key is a new key."
-    ),
-    examples=[OpenApiExample("A UUID", value=_EXAMPLE_KEY)],
-)
 
 REQUEST_ID = OpenApiParameter(
     "X-Request-ID",
@@ -338,22 +243,9 @@ REQUEST_ID = OpenApiParameter(
         "and logs."
     ),
 )
-# Statuses a command stores and replays: its successes and final failures.
-_REPLAYABLE = (200, 201, 202, 400, 409, 422, 500)
 
 
-def _replayed_header(statuses: Sequence[int]) -> OpenApiParameter:
-    return OpenApiParameter(
-        "Idempotent-Replayed",
-        location=OpenApiParameter.HEADER,
-        response=[status for status in _REPLAYABLE if status in statuses],
-        type=str,
-        enum=["true"],
-        description="Present, `true`, when the response is the replay of a completed command.",
-    )
-
-
-def _location_header(status: int, what: str) -> OpenApiParameter:
+def location_header(status: int, what: str) -> OpenApiParameter:
     return OpenApiParameter(
         "Location",
         location=OpenApiParameter.HEADER,
@@ -364,7 +256,7 @@ def _location_header(status: int, what: str) -> OpenApiParameter:
     )
 
 
-def _retry_after_header(statuses: Sequence[int]) -> OpenApiParameter:
+def retry_after_header(statuses: Sequence[int]) -> OpenApiParameter:
     return OpenApiParameter(
         "Retry-After",
         location=OpenApiParameter.HEADER,
@@ -416,16 +308,18 @@ PAGE_SIZE = OpenApiParameter(
     examples=[OpenApiExample("Twenty", value=20)],
 )
 INVALID_LIST_QUERY = Refusal(
-    InvalidListQuery(details={"pageSize": [f"Must be an integer from 1 to {MAX_PAGE_SIZE}."]}),
-    "`pageSize` is not an integer from 1 to 200, or `cursor` is not one this service issued; "
-    "`details` names the parameter.",
+    InvalidListQuery(
+        details={"pageSize": [f"Must be an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}."]}
+    ),
+    f"`pageSize` is not an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}, or `cursor` is "
+    "not one this service issued; `details` names the parameter.",
 )
 
 
 def cursor_page(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
     """The response of a list: ``{"results": [...], "next": url|null, "previous": url|null}``.
 
-    The views paginate by hand (config.pagination), so drf-spectacular cannot
+    The views paginate by hand (api.pagination), so drf-spectacular cannot
     see the envelope; this serializer describes it and names its component.
     """
     link = "Path-absolute URL of the {} page, or null.".format
@@ -440,7 +334,7 @@ def cursor_page(item: type[serializers.Serializer], name: str) -> type[serialize
 # --- Operation schemas ------------------------------------------------------
 
 
-def _problem_responses(refusals: Sequence[Refusal]) -> dict[tuple[int, str], OpenApiResponse]:
+def problem_responses(refusals: Sequence[Refusal]) -> dict[tuple[int, str], OpenApiResponse]:
     """One response per status: every code it can carry, and one example body."""
     by_status: dict[int, list[Refusal]] = {}
     for refusal in refusals:
@@ -458,59 +352,6 @@ def _problem_responses(refusals: Sequence[Refusal]) -> dict[tuple[int, str], Ope
 
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-
-def command_schema(
-    *,
-    operation_id: str,
-    summary: str,
-    description: str,
-    tag: str,
-    request: Any,
-    responses: Mapping[int, OpenApiResponse],
-    invalid: Refusal,
-    refusals: Sequence[Refusal] = (),
-    location: tuple[int, str] | None = None,
-    path_parameters: Sequence[OpenApiParameter] = (),
-    examples: Sequence[OpenApiExample] = (),
-) -> Decorator:
-    """``extend_schema`` for a command: the key header and every error it can answer.
-
-    ``invalid`` is the command's ``400 ValidationError`` example; ``refusals``
-    its domain errors and ``404``; ``location`` the status answered with a
-    ``Location`` and what that names; ``examples`` request bodies.
-    """
-    refusal_list = [
-        invalid,
-        MALFORMED_JSON,
-        KEY_REQUIRED,
-        KEY_INVALID,
-        NOT_AUTHENTICATED,
-        AUTHENTICATION_FAILED,
-        NOT_ACCEPTABLE,
-        KEY_CONFLICT,
-        KEY_IN_PROGRESS,
-        PAYLOAD_TOO_LARGE,
-        UNSUPPORTED_MEDIA_TYPE,
-        THROTTLED,
-        INTERNAL_ERROR,
-        *refusals,
-    ]
-    statuses = [*responses, *(r.body["status"] for r in refusal_list)]
-    headers = [REQUEST_ID, WWW_AUTHENTICATE, _replayed_header(statuses)]
-    if location is not None:
-        headers.append(_location_header(*location))
-    headers.append(_retry_after_header([s for s in (202, 409, 429) if s in statuses]))
-    return extend_schema(
-        operation_id=operation_id,
-        summary=summary,
-        description=description,
-        tags=[tag],
-        request=request,
-        responses={**responses, **_problem_responses(refusal_list)},
-        parameters=[*path_parameters, IDEMPOTENCY_KEY, *headers],
-        examples=list(examples),
-    )
 
 
 def read_schema(
@@ -541,12 +382,12 @@ def read_schema(
         summary=summary,
         description=description,
         tags=[tag],
-        responses={200: response, **_problem_responses(every_refusal)},
+        responses={200: response, **problem_responses(every_refusal)},
         parameters=[
             *parameters,
             REQUEST_ID,
             WWW_AUTHENTICATE,
-            _retry_after_header([200, 429] if retry_after else [429]),
+            retry_after_header([200, 429] if retry_after else [429]),
         ],
     )
 
@@ -593,72 +434,28 @@ def require_every_output_field(result: dict[str, Any], **kwargs: Any) -> dict[st
     return result
 
 
-def _link(operation_id: str, description: str, **fields: Any) -> dict[str, Any]:
+Links = Mapping[tuple[str, str], Mapping[str, Mapping[str, Any]]]
+
+
+def link(operation_id: str, description: str, **fields: Any) -> dict[str, Any]:
+    """One OpenAPI link object: where an answer leads, and which members to copy."""
     return {"operationId": operation_id, "description": description, **fields}
 
 
-_ORDER_ID = {"orderId": "$response.body#/orderId"}
-# Where an answer leads. Documented as OpenAPI links, and followed by the
-# stateful tests of schemathesis (tests/test_fuzz.py). A requestBody holding
-# runtime expressions is schemathesis' reading of the link object; to people
-# it says which members to copy.
-_LINKS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
-    ("createOrder", "201"): {
-        "GetOrder": _link("getOrder", "Read the order.", parameters=_ORDER_ID),
-        "CancelOrder": _link("cancelOrder", "Cancel the order.", parameters=_ORDER_ID),
-        "PayOrder": _link(
-            "createPayment",
-            "Pay the order: its id, total and currency.",
-            requestBody={
-                "orderId": "$response.body#/orderId",
-                "amount": "$response.body#/order/totalAmount",
-                "currency": "$response.body#/order/currency",
-            },
-        ),
-    },
-    ("cancelOrder", "200"): {
-        "GetOrder": _link("getOrder", "Read the cancelled order.", parameters=_ORDER_ID),
-    },
-    ("cancelOrder", "202"): {
-        "GetOperation": _link(
-            "getOperation",
-            "Poll the refund.",
-            parameters={"operationId": "$response.body#/operationId"},
-        ),
-        "GetOrder": _link("getOrder", "Read the order.", parameters=_ORDER_ID),
-    },
-    ("createPayment", "202"): {
-        "GetPayment": _link(
-            "getPayment",
-            "Read the payment.",
-            parameters={"paymentId": "$response.body#/paymentId"},
-        ),
-        "GetOperation": _link(
-            "getOperation",
-            "Poll the charge.",
-            parameters={"operationId": "$response.body#/operationId"},
-        ),
-        "CancelOrder": _link(
-            "cancelOrder",
-            "Cancel the order being paid.",
-            parameters={"orderId": "$request.body#/orderId"},
-        ),
-    },
-    ("getPayment", "200"): {
-        "GetOrder": _link(
-            "getOrder", "Read the paid order.", parameters={"orderId": "$response.body#/orderId"}
-        ),
-    },
-}
+def links_hook(table: Links) -> Callable[..., dict[str, Any]]:
+    """A post-processing hook that puts ``table``'s links on the responses they start from.
 
+    ``table`` maps (operationId, status) to the links of that response.
+    """
 
-def add_links(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """Put :data:`_LINKS` on the responses they start from."""
-    for item in result.get("paths", {}).values():
-        for operation in item.values():
-            if not isinstance(operation, dict):
-                continue
-            for status, response in operation.get("responses", {}).items():
-                if links := _LINKS.get((operation.get("operationId", ""), status)):
-                    response["links"] = links
-    return result
+    def add_links(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        for item in result.get("paths", {}).values():
+            for operation in item.values():
+                if not isinstance(operation, dict):
+                    continue
+                for status, response in operation.get("responses", {}).items():
+                    if links := table.get((operation.get("operationId", ""), status)):
+                        response["links"] = links
+        return result
+
+    return add_links

@@ -11,9 +11,9 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from rest_framework.exceptions import ParseError
 
-from config.exceptions import LengthRequired, PayloadTooLarge, render_exception
-from config.metrics import HTTP_DURATION, HTTP_REQUESTS
-from config.tracing import bind_trace_id, new_trace_id, reset_trace_id
+from api.errors import LengthRequired, PayloadTooLarge, render_exception
+from observability.metrics import HTTP_DURATION, HTTP_REQUESTS
+from observability.tracing import bind_trace_id, new_trace_id, reset_trace_id
 
 # A client's X-Request-ID is echoed only if it is short and plain, so that
 # it can be logged and put in a header without escaping.

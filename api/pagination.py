@@ -5,7 +5,7 @@ from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.utils.urls import replace_query_param
 
-from config.exceptions import ApplicationError
+from api.errors import ApplicationError
 
 MIN_PAGE_SIZE, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE = 1, 50, 200
 
@@ -88,7 +88,7 @@ class NewestFirstCursorPagination(CursorPagination):
 
 
 def _signer() -> signing.Signer:
-    return signing.Signer(salt="config.pagination.cursor")
+    return signing.Signer(salt="api.pagination.cursor")
 
 
 def _invalid_page_size() -> InvalidListQuery:

@@ -23,9 +23,9 @@ import time
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from config.ids import new_id
-from orders.gateway import ProviderResult, ProviderUnavailable
-from orders.models import ProviderAttempt, ProviderLedgerEntry
+from api.ids import new_id
+from provider.gateway import ProviderResult, ProviderUnavailable
+from provider.models import Attempt, LedgerEntry
 
 DECLINED = "pm_card_declined"
 FLAKY = "pm_card_flaky"
@@ -48,7 +48,7 @@ class SimulatedProvider:
             raise ProviderUnavailable("503 Service Unavailable")
         entry = self._record_once(
             provider_key=provider_key,
-            kind=ProviderLedgerEntry.Kind.CHARGE,
+            kind=LedgerEntry.Kind.CHARGE,
             payment_id=payment_id,
             amount=amount,
             currency=currency,
@@ -66,7 +66,7 @@ class SimulatedProvider:
         self._count_attempt(provider_key)
         entry = self._record_once(
             provider_key=provider_key,
-            kind=ProviderLedgerEntry.Kind.REFUND,
+            kind=LedgerEntry.Kind.REFUND,
             payment_id=payment_id,
             amount=amount,
             currency=currency,
@@ -81,7 +81,7 @@ class SimulatedProvider:
             raise RuntimeError("Call the payment provider outside any database transaction.")
         time.sleep(settings.PAYMENT_PROVIDER_LATENCY)
         with transaction.atomic():
-            attempt, _ = ProviderAttempt.objects.select_for_update().get_or_create(
+            attempt, _ = Attempt.objects.select_for_update().get_or_create(
                 provider_key=provider_key
             )
             attempt.count += 1
@@ -89,11 +89,11 @@ class SimulatedProvider:
         return attempt.count
 
     @staticmethod
-    def _record_once(*, provider_key: str, **fields: object) -> ProviderLedgerEntry:
+    def _record_once(*, provider_key: str, **fields: object) -> LedgerEntry:
         failure_code = str(fields.pop("failure_code"))
         try:
             with transaction.atomic():
-                return ProviderLedgerEntry.objects.create(
+                return LedgerEntry.objects.create(
                     charge_id=new_id("ch" if fields["kind"] == "charge" else "re"),
                     provider_key=provider_key,
                     succeeded=not failure_code,
@@ -102,10 +102,10 @@ class SimulatedProvider:
                 )
         except IntegrityError:
             # A repeat of a call this provider already answered.
-            return ProviderLedgerEntry.objects.get(provider_key=provider_key)
+            return LedgerEntry.objects.get(provider_key=provider_key)
 
     @staticmethod
-    def _result(entry: ProviderLedgerEntry) -> ProviderResult:
+    def _result(entry: LedgerEntry) -> ProviderResult:
         return ProviderResult(
             charge_id=entry.charge_id, succeeded=entry.succeeded, failure_code=entry.failure_code
         )

@@ -1,7 +1,7 @@
 """The payment provider, as our code sees it.
 
 A real provider (Stripe, Adyen, YooKassa…) implements :class:`PaymentGateway`;
-the built-in simulator (:mod:`orders.simulator`) does so for development and
+the built-in simulator (:mod:`provider.simulator`) does so for development and
 tests. Every call carries a provider idempotency key: the provider makes at
 most one charge or refund per key and answers repeats with the original
 result, which is what makes retrying a call whose answer was lost safe.
@@ -10,10 +10,8 @@ result, which is what makes retrying a call whose answer was lost safe.
 from dataclasses import dataclass
 from typing import Protocol
 
-from operations.errors import TransientFailure
 
-
-class ProviderUnavailable(TransientFailure):
+class ProviderUnavailable(Exception):
     """The call's outcome is unknown (timeout, 5xx): retry it with the same key."""
 
 

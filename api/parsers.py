@@ -23,7 +23,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 # Integers beyond 2**53 lose precision in a double (and in JavaScript).
-_MAX_SAFE_INTEGER = 2**53 - 1
+MAX_SAFE_INTEGER = 2**53 - 1
 # The raw body with every digit written "0", every exponent marker "e" and
 # every sign "+": the shapes of its numbers are then plain substrings,
 # which bytes.find locates at memchr speed.
@@ -51,7 +51,7 @@ _NESTING = [0] * 256
 for _opener, _closer in (b"[]", b"{}"):
     _NESTING[_opener], _NESTING[_closer] = 1, -1
 
-_SAFE_INTEGER_MESSAGE = f"Integers must lie within ±{_MAX_SAFE_INTEGER}."
+_SAFE_INTEGER_MESSAGE = f"Integers must lie within ±{MAX_SAFE_INTEGER}."
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -74,10 +74,10 @@ def _object_without_nul_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _integer(text: str) -> int:
     # Checked on the text first: converting thousands of digits is itself
     # slow, and Python refuses it with a message of its own.
-    if len(text.lstrip("-")) > len(str(_MAX_SAFE_INTEGER)):
+    if len(text.lstrip("-")) > len(str(MAX_SAFE_INTEGER)):
         raise ParseError(_SAFE_INTEGER_MESSAGE)
     value = int(text)
-    if abs(value) > _MAX_SAFE_INTEGER:
+    if abs(value) > MAX_SAFE_INTEGER:
         raise ParseError(_SAFE_INTEGER_MESSAGE)
     return value
 

@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class ApiConfig(AppConfig):
+    """The HTTP layer every app shares: errors, parsing, pagination, the OpenAPI machinery.
+
+    An app so that its drf-spectacular extensions are loaded before any
+    schema is generated.
+    """
+
+    name = "api"
+    verbose_name = "HTTP API layer"
+
+    def ready(self) -> None:
+        from api import openapi  # noqa: F401 - registers the schema extensions

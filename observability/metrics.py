@@ -1,0 +1,56 @@
+"""Prometheus metrics, served at ``/metrics``.
+
+With several gunicorn workers each process counts on its own; when
+``PROMETHEUS_MULTIPROC_DIR`` is set (config/gunicorn.py sets it) the
+processes write their samples there and ``/metrics`` adds them up, so a
+scrape sees the whole server, whichever worker answers it.
+"""
+
+import os
+
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.registry import REGISTRY, Collector
+
+# From 5 ms (a replay) to 10 s (past every timeout of a command).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+HTTP_REQUESTS = Counter(
+    "http_requests_total", "HTTP requests answered.", ["method", "route", "status"]
+)
+HTTP_DURATION = Histogram(
+    "http_request_duration_seconds",
+    "Time to answer an HTTP request.",
+    ["method", "route"],
+    buckets=DURATION_BUCKETS,
+)
+
+
+# Collectors that read their numbers at scrape time (the operations table,
+# for instance). Registered by the apps that own the numbers, and added to
+# the multiprocess registry too, since they are not per-process samples.
+_collectors: list[Collector] = []
+
+
+def register_collector(collector: Collector) -> None:
+    """Serve ``collector`` at ``/metrics``, whichever process answers the scrape."""
+    REGISTRY.register(collector)
+    _collectors.append(collector)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus exposition; deployments fence it at the network edge."""
+    registry = REGISTRY
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        for collector in _collectors:
+            registry.register(collector)
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,23 @@
+"""How the operations endpoint is described in the OpenAPI schema."""
+
+from drf_spectacular.utils import OpenApiResponse
+
+from api.openapi import not_found, path_id, read_schema
+from operations.serializers import OperationOutput
+
+get_operation = read_schema(
+    operation_id="getOperation",
+    summary="Poll an operation",
+    description=(
+        "The state of asynchronous work, read from the database. `status` only moves "
+        "forward: `processing` → `succeeded` | `failed`; `Retry-After` comes with "
+        "`processing`. `resultId` names what the operation works on, and `links.result` "
+        "where to read it: the payment of a `payment.charge`, the order of an "
+        "`order.refund`."
+    ),
+    tag="operations",
+    response=OpenApiResponse(OperationOutput, "The operation."),
+    refusals=[not_found("operation", "op_5h7j9l1n3p5r7t9v1x3z5b7d9")],
+    parameters=[path_id("operation_id", "op")],
+    retry_after=True,
+)

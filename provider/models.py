@@ -1,0 +1,47 @@
+"""The simulated provider's own records.
+
+They belong to the simulated provider, not to us: they stand for the
+provider's database, written in its own transactions, as a remote
+provider's would be. Nothing of the service reads them; the ledger is
+there to be audited (``manage.py provider_ledger``): one charge per
+payment, whatever happened on the way.
+"""
+
+from django.db import models
+
+
+class LedgerEntry(models.Model):
+    """A charge or refund the simulated provider made, once per provider key."""
+
+    class Kind(models.TextChoices):
+        CHARGE = "charge"
+        REFUND = "refund"
+
+    charge_id = models.CharField(primary_key=True, max_length=32)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # The caller's idempotency key: the provider makes one entry per key.
+    provider_key = models.CharField(max_length=100, unique=True)
+    payment_id = models.CharField(max_length=32)
+    amount = models.PositiveBigIntegerField()
+    currency = models.CharField(max_length=3)
+    payment_method = models.CharField(max_length=64)
+    succeeded = models.BooleanField()
+    failure_code = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "charge_id"]
+        verbose_name_plural = "ledger entries"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.charge_id} ({self.provider_key})"
+
+
+class Attempt(models.Model):
+    """How many calls the simulated provider has seen per key (drives pm_card_flaky)."""
+
+    provider_key = models.CharField(primary_key=True, max_length=100)
+    count = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.provider_key}: {self.count}"
