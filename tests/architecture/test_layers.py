@@ -1,0 +1,57 @@
+"""The layers' import direction, and the checks that keep it before each commit.
+
+The layers are declared once, in pyproject.toml (``[tool.importlinter]``),
+top to bottom: config, orders, provider | operations, idempotency,
+accounts, api, observability. import-linter reads every import of every
+module, those inside functions included, and these tests fail on the first
+one that points upward or from config into an app.
+"""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    result = subprocess.run(
+        [str(LINT_IMPORTS), "--config", "pyproject.toml", "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_every_package_of_the_project_has_a_layer() -> None:
+    # A new top-level package outside the contract would be checked by nothing.
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    packages = {
+        path.parent.name for path in ROOT.glob("*/__init__.py") if path.parent.name not in {"tests"}
+    }
+
+    assert packages == set(config["root_packages"])
+
+
+def test_the_pre_commit_hooks_are_valid_and_run_the_locked_tools() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("pre-commit")), "validate-config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert {hook["id"] for hook in hooks} >= {"ruff-check", "ruff-format", "mypy", "import-layers"}
+    for hook in hooks:
+        assert (ROOT / hook["entry"].split()[0]).exists(), hook["entry"]
