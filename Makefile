@@ -56,7 +56,7 @@ run: install
 test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy $(PACKAGES)
+	$(BIN)/mypy $(PACKAGES) tests
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest $(PYTEST_ARGS)
@@ -69,7 +69,7 @@ bench: install-dev
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy $(PACKAGES)
+	$(BIN)/mypy $(PACKAGES) tests
 
 fmt: install-dev
 	$(BIN)/ruff check --fix .

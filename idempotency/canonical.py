@@ -25,7 +25,7 @@ mended here:
 
 The work is linear in the size of the value whatever its shape: one C
 pass, plus, only when a mended case occurs, a few more passes in C and one
-Python call per distinct respelled number. ``tests/test_canonical_json.py``
+Python call per distinct respelled number. ``tests/idempotency/test_canonical_json.py``
 checks the result byte for byte against ``rfc8785``.
 """
 

@@ -9,17 +9,20 @@ another address to dodge the lockout.
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.test import Client
+from pytest_django import Settings
 
-from tests.live import ROOT, base_env
+from tests.support.live import ROOT, base_env
 
 PASSWORD = "correct horse battery staple"
 
 
-def in_a_fresh_process(code: str, tmp_path, **env: str) -> str:
+def in_a_fresh_process(code: str, tmp_path: Path, **env: str) -> str:
     result = subprocess.run(
         [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
         cwd=ROOT,
@@ -41,12 +44,12 @@ ADMIN_LOGIN_ROUTED = (
 PROXY_SSL_HEADER = "from django.conf import settings; print(settings.SECURE_PROXY_SSL_HEADER)"
 
 
-def test_the_admin_can_be_switched_off(tmp_path):
+def test_the_admin_can_be_switched_off(tmp_path: Path) -> None:
     assert in_a_fresh_process(ADMIN_LOGIN_ROUTED, tmp_path) == "admin:login"
     assert in_a_fresh_process(ADMIN_LOGIN_ROUTED, tmp_path, ADMIN_ENABLED="false") == "none"
 
 
-def test_x_forwarded_proto_is_believed_only_behind_a_proxy(tmp_path):
+def test_x_forwarded_proto_is_believed_only_behind_a_proxy(tmp_path: Path) -> None:
     assert in_a_fresh_process(PROXY_SSL_HEADER, tmp_path) == "None"
     assert in_a_fresh_process(PROXY_SSL_HEADER, tmp_path, BEHIND_PROXY="true") == (
         "('HTTP_X_FORWARDED_PROTO', 'https')"
@@ -54,7 +57,7 @@ def test_x_forwarded_proto_is_believed_only_behind_a_proxy(tmp_path):
 
 
 @pytest.fixture(autouse=True)
-def plain_static_files(settings) -> None:
+def plain_static_files(settings: Settings) -> None:
     # The login page links the admin's CSS; the manifest storage would need a
     # collectstatic first, which these tests have no use for.
     settings.STORAGES = {
@@ -64,7 +67,7 @@ def plain_static_files(settings) -> None:
 
 
 @pytest.fixture
-def administrator(db):
+def administrator(db: None) -> AbstractBaseUser:
     return get_user_model().objects.create_superuser("root", "root@example.com", PASSWORD)
 
 
@@ -77,7 +80,7 @@ def log_in(client: Client, password: str, **headers: str) -> int:
     return response.status_code
 
 
-def test_five_wrong_passwords_lock_the_address_out(administrator):
+def test_five_wrong_passwords_lock_the_address_out(administrator: AbstractBaseUser) -> None:
     client = Client()
 
     failures = [log_in(client, "guess") for _ in range(5)]
@@ -88,7 +91,9 @@ def test_five_wrong_passwords_lock_the_address_out(administrator):
     assert locked_out == 429
 
 
-def test_a_forged_forwarded_address_does_not_dodge_the_lockout(administrator):
+def test_a_forged_forwarded_address_does_not_dodge_the_lockout(
+    administrator: AbstractBaseUser,
+) -> None:
     client = Client()
 
     for i in range(5):
@@ -97,7 +102,9 @@ def test_a_forged_forwarded_address_does_not_dodge_the_lockout(administrator):
     assert log_in(client, PASSWORD, **{"X-Forwarded-For": "203.0.113.99"}) == 429
 
 
-def test_behind_a_proxy_the_lockout_is_per_client_address(administrator, settings):
+def test_behind_a_proxy_the_lockout_is_per_client_address(
+    administrator: AbstractBaseUser, settings: Settings
+) -> None:
     settings.BEHIND_PROXY = True
     client = Client()
 

@@ -13,12 +13,12 @@ from api.fields import MAX_NAMED_FIELD_LENGTH, MAX_UNKNOWN_FIELDS_NAMED
 from idempotency.commands import MAX_STORED_RESPONSE_BYTES
 from idempotency.models import IdempotencyKey
 from orders.models import Order
-from tests.conftest import ORDER
+from tests.support.http import ORDER, Api
 
 pytestmark = pytest.mark.django_db
 
 
-def test_an_error_names_a_few_unknown_members_and_counts_the_rest(api):
+def test_an_error_names_a_few_unknown_members_and_counts_the_rest(api: Api) -> None:
     body = {**ORDER, **{f"made-up-{i:05d}": i for i in range(35_000)}}
 
     response = api.post("/v1/orders", body, key="many-unknown")
@@ -34,7 +34,7 @@ def test_an_error_names_a_few_unknown_members_and_counts_the_rest(api):
     assert bytes(IdempotencyKey.objects.get().response_body) == response.content
 
 
-def test_a_long_unknown_member_name_is_counted_not_repeated(api):
+def test_a_long_unknown_member_name_is_counted_not_repeated(api: Api) -> None:
     long_name = "n" * (MAX_NAMED_FIELD_LENGTH + 1)
 
     response = api.post("/v1/orders", {**ORDER, long_name: 1}, key="long-name")
@@ -44,7 +44,7 @@ def test_a_long_unknown_member_name_is_counted_not_repeated(api):
     assert long_name.encode() not in response.content
 
 
-def test_errors_in_every_line_of_the_largest_order_stay_within_the_stored_size(api):
+def test_errors_in_every_line_of_the_largest_order_stay_within_the_stored_size(api: Api) -> None:
     line = {"sku": "s" * 100, "qty": "many", **{f"{'u' * 60}{i:04d}": 0 for i in range(60)}}
     body = {**ORDER, "customerId": 7, "currency": "rub", "items": [line] * 100}
 
@@ -55,8 +55,8 @@ def test_errors_in_every_line_of_the_largest_order_stay_within_the_stored_size(a
     assert IdempotencyKey.objects.get().response_status == 400
 
 
-@pytest.mark.urls("tests.probes")
-def test_an_answer_too_large_to_store_is_a_final_500_and_its_effects_are_undone(api):
+@pytest.mark.urls("tests.support.probes")
+def test_an_answer_too_large_to_store_is_a_final_500_and_its_effects_are_undone(api: Api) -> None:
     first = api.post("/v1/probes/oversized-answer", {}, key="oversized")
     again = api.post("/v1/probes/oversized-answer", {}, key="oversized")
 

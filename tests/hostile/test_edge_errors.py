@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import ORDER, Api
-from tests.edge import TEMPLATE, RawResponse, nginx, raw_exchange, serve_behind_nginx
-from tests.live import ROOT, LiveService, free_port, test_database_env
+from tests.support.edge import TEMPLATE, RawResponse, nginx, raw_exchange, serve_behind_nginx
+from tests.support.http import ORDER, Api
+from tests.support.live import ROOT, LiveService, free_port, suite_database_env
 
 MIB = 1024 * 1024
 PROBLEM_MEMBERS = {"type", "title", "status", "error", "message", "traceId"}
@@ -39,11 +39,12 @@ def assert_problem(
     trace_id: str | None = None,
 ) -> dict[str, Any]:
     """The answer is the contract's problem+json for ``status``, with a consistent trace id."""
+    received: Mapping[str, str]
     if isinstance(response, RawResponse):
-        status_code, headers, body = response.status, response.headers, response.body
+        status_code, received, body = response.status, response.headers, response.body
     else:
-        status_code, headers, body = response.status_code, response.headers, response.content
-    headers = {name.lower(): value for name, value in headers.items()}
+        status_code, received, body = response.status_code, response.headers, response.content
+    headers = {name.lower(): value for name, value in received.items()}
     assert status_code == status, body
     assert headers["content-type"] == "application/problem+json"
     problem = json.loads(body)
@@ -71,7 +72,7 @@ def stack(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LiveService, LiveService]]:
     """(nginx, gunicorn) on the test database."""
-    with serve_behind_nginx(test_database_env(), tmp_path_factory.mktemp("nginx")) as services:
+    with serve_behind_nginx(suite_database_env(), tmp_path_factory.mktemp("nginx")) as services:
         yield services
 
 

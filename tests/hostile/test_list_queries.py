@@ -14,7 +14,7 @@ import pytest
 from django.core import signing
 from django.test import override_settings
 
-from tests.conftest import ORDER
+from tests.support.http import ORDER, Api
 
 pytestmark = pytest.mark.django_db
 
@@ -25,12 +25,12 @@ def drf_cursor(position: str) -> str:
 
 
 @pytest.fixture
-def three_orders(api) -> None:
+def three_orders(api: Api) -> None:
     for i in range(3):
         api.post("/v1/orders", ORDER, key=f"order-{i}")
 
 
-def test_the_links_of_a_page_lead_through_the_list(api, three_orders):
+def test_the_links_of_a_page_lead_through_the_list(api: Api, three_orders: None) -> None:
     first = api.get("/v1/orders?pageSize=2").json()
     second = api.get(first["next"]).json()
     back = api.get(second["previous"]).json()
@@ -52,7 +52,9 @@ def test_the_links_of_a_page_lead_through_the_list(api, three_orders):
         "W1swLGZhbHNlLG51bGxdXQ:forged",
     ],
 )
-def test_a_cursor_we_did_not_issue_is_a_400_naming_it(api, three_orders, cursor):
+def test_a_cursor_we_did_not_issue_is_a_400_naming_it(
+    api: Api, three_orders: None, cursor: str
+) -> None:
     response = api.get(f"/v1/orders?cursor={cursor}")
 
     assert response.status_code == 400
@@ -63,7 +65,7 @@ def test_a_cursor_we_did_not_issue_is_a_400_naming_it(api, three_orders, cursor)
     assert list(problem["details"]) == ["cursor"]
 
 
-def test_a_cursor_with_one_character_changed_is_refused(api, three_orders):
+def test_a_cursor_with_one_character_changed_is_refused(api: Api, three_orders: None) -> None:
     issued = api.get("/v1/orders?pageSize=1").json()["next"]
     token = issued.split("cursor=")[1]
     tampered = issued.replace(token, token[:-1] + ("A" if token[-1] != "A" else "B"))
@@ -72,7 +74,7 @@ def test_a_cursor_with_one_character_changed_is_refused(api, three_orders):
     assert api.get(tampered).status_code == 400
 
 
-def test_a_cursor_signed_with_another_secret_key_is_refused(api, three_orders):
+def test_a_cursor_signed_with_another_secret_key_is_refused(api: Api, three_orders: None) -> None:
     with override_settings(SECRET_KEY="another-secret-key-that-is-long-enough-0123456789"):
         foreign = signing.Signer(salt="api.pagination.cursor").sign_object([0, False, None])
 
@@ -85,7 +87,7 @@ def test_a_cursor_signed_with_another_secret_key_is_refused(api, three_orders):
 @pytest.mark.parametrize(
     "page_size", ["0", "-1", "201", "abc", "", "1.5", "+5", "٣", "1e2", "5000"]
 )
-def test_a_page_size_other_than_1_to_200_is_a_400_naming_it(api, page_size):
+def test_a_page_size_other_than_1_to_200_is_a_400_naming_it(api: Api, page_size: str) -> None:
     response = api.get(f"/v1/orders?pageSize={quote(page_size)}")
 
     assert response.status_code == 400
@@ -94,7 +96,9 @@ def test_a_page_size_other_than_1_to_200_is_a_400_naming_it(api, page_size):
 
 
 @pytest.mark.parametrize(("page_size", "expected"), [("1", 1), ("200", 3), ("050", 3)])
-def test_a_page_size_from_1_to_200_is_taken_as_sent(api, three_orders, page_size, expected):
+def test_a_page_size_from_1_to_200_is_taken_as_sent(
+    api: Api, three_orders: None, page_size: str, expected: int
+) -> None:
     response = api.get(f"/v1/orders?pageSize={page_size}")
 
     assert response.status_code == 200

@@ -10,11 +10,12 @@ import re
 import string
 
 import pytest
+from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
 
-def series(client) -> set[str]:
+def series(client: Client) -> set[str]:
     text = client.get("/metrics").content.decode()
     return set(re.findall(r"^(http_request\w+\{[^}]*\})", text, flags=re.MULTILINE))
 
@@ -23,7 +24,7 @@ def random_word(rng: random.Random, length: int = 20) -> str:
     return "".join(rng.choices(string.ascii_uppercase, k=length))
 
 
-def test_random_methods_and_paths_add_no_series(client):
+def test_random_methods_and_paths_add_no_series(client: Client) -> None:
     rng = random.Random(7)
     client.generic(random_word(rng), f"/{random_word(rng).lower()}")
     client.generic(random_word(rng), "/healthz")

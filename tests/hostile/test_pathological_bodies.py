@@ -24,8 +24,8 @@ from api.parsers import MAX_DEPTH, loads_strict
 from idempotency.fingerprint import MAX_FIELD_DIGESTS, MAX_POINTER_LENGTH, fingerprint_request
 from idempotency.models import IdempotencyKey
 from orders.models import Order
-from tests.conftest import ORDER
-from tests.hostile.bodies import SHAPES, nested, numbers
+from tests.support.hostile_bodies import SHAPES, nested, numbers
+from tests.support.http import ORDER, Api
 
 
 def command_work(raw: bytes) -> None:
@@ -87,7 +87,7 @@ def test_stored_field_digests_stay_bounded_however_large_the_body() -> None:
 
 
 @pytest.mark.django_db
-def test_the_reported_body_is_answered_quickly_stored_and_replayed(api):
+def test_the_reported_body_is_answered_quickly_stored_and_replayed(api: Api) -> None:
     # The body of the report: 250 levels of arrays around 200,000 numbers.
     raw = json.dumps(ORDER)[:-1] + ',"x":' + nested(250, numbers(200_000)) + "}"
 
@@ -123,7 +123,9 @@ def test_the_reported_body_is_answered_quickly_stored_and_replayed(api):
         ('{"a": 1', "The body is not valid JSON: Expecting ',' delimiter (line 1, column 8)."),
     ],
 )
-def test_malformed_bodies_are_refused_in_the_clients_terms_and_change_nothing(api, raw, message):
+def test_malformed_bodies_are_refused_in_the_clients_terms_and_change_nothing(
+    api: Api, raw: str, message: str
+) -> None:
     response = api.post("/v1/orders", raw, key="malformed")
 
     assert response.status_code == 400
@@ -133,7 +135,7 @@ def test_malformed_bodies_are_refused_in_the_clients_terms_and_change_nothing(ap
 
 
 @pytest.mark.django_db
-def test_a_body_in_another_encoding_is_refused_in_the_clients_terms(api):
+def test_a_body_in_another_encoding_is_refused_in_the_clients_terms(api: Api) -> None:
     raw = json.dumps(ORDER).encode("utf-16")
 
     response = api.client.post(

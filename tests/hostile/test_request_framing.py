@@ -22,15 +22,15 @@ import requests
 
 from idempotency.models import IdempotencyKey
 from orders.models import Order
-from tests.conftest import ORDER
-from tests.live import LiveService, serve, test_database_env
+from tests.support.http import ORDER, Api
+from tests.support.live import LiveService, serve, suite_database_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(scope="module")
-def service(django_db_setup) -> Iterator[LiveService]:
-    with serve(test_database_env(), web_workers=2) as live:
+def service(django_db_setup: None) -> Iterator[LiveService]:
+    with serve(suite_database_env(), web_workers=2) as live:
         yield live
 
 
@@ -40,7 +40,14 @@ def chunks(body: bytes, size: int = 7) -> Iterator[bytes]:
         yield body[start : start + size]
 
 
-def post(service: LiveService, api, path: str, data, key: str, **headers) -> requests.Response:
+def post(
+    service: LiveService,
+    api: Api,
+    path: str,
+    data: str | bytes | Iterator[bytes],
+    key: str,
+    **headers: str,
+) -> requests.Response:
     return requests.post(
         service.url(path),
         data=data,
@@ -49,7 +56,9 @@ def post(service: LiveService, api, path: str, data, key: str, **headers) -> req
     )
 
 
-def test_a_chunked_command_executes_with_its_body_and_its_retry_replays(service, api):
+def test_a_chunked_command_executes_with_its_body_and_its_retry_replays(
+    service: LiveService, api: Api
+) -> None:
     body = json.dumps(ORDER).encode()
 
     chunked = post(service, api, "/v1/orders", chunks(body), "chunked-1")
@@ -65,7 +74,7 @@ def test_a_chunked_command_executes_with_its_body_and_its_retry_replays(service,
     assert Order.objects.count() == 1
 
 
-def test_a_chunked_cancel_keeps_its_reason(service, api):
+def test_a_chunked_cancel_keeps_its_reason(service: LiveService, api: Api) -> None:
     order = post(service, api, "/v1/orders", json.dumps(ORDER), "to-cancel").json()["order"]
     reason = json.dumps({"reason": "Ordered by mistake."}).encode()
 
@@ -75,7 +84,9 @@ def test_a_chunked_cancel_keeps_its_reason(service, api):
     assert Order.objects.get(pk=order["id"]).cancel_reason == "Ordered by mistake."
 
 
-def test_a_chunked_body_over_the_limit_is_refused_and_the_key_stays_free(service, api):
+def test_a_chunked_body_over_the_limit_is_refused_and_the_key_stays_free(
+    service: LiveService, api: Api
+) -> None:
     too_large = b'{"customerId": "' + b"x" * (2 * 1024 * 1024) + b'"}'
 
     refused = post(service, api, "/v1/orders", chunks(too_large, 64 * 1024), "large-1")
@@ -88,7 +99,9 @@ def test_a_chunked_body_over_the_limit_is_refused_and_the_key_stays_free(service
     assert "Idempotent-Replayed" not in retried.headers
 
 
-def test_a_body_shorter_than_its_content_length_is_refused_and_the_key_stays_free(service, api):
+def test_a_body_shorter_than_its_content_length_is_refused_and_the_key_stays_free(
+    service: LiveService, api: Api
+) -> None:
     body = json.dumps({"reason": "half"}).encode()
     order = post(service, api, "/v1/orders", json.dumps(ORDER), "to-cut").json()["order"]
     path = f"/v1/orders/{order['id']}/cancel"
@@ -108,7 +121,7 @@ def test_a_body_shorter_than_its_content_length_is_refused_and_the_key_stays_fre
 
 
 def send_then_close(
-    service: LiveService, api, path: str, body: bytes, *, declared: int, key: str
+    service: LiveService, api: Api, path: str, body: bytes, *, declared: int, key: str
 ) -> tuple[int, dict]:
     """Send ``body`` under a larger ``Content-Length``, then end the sending side."""
     host, port = service.address

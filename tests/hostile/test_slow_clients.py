@@ -25,9 +25,9 @@ from contextlib import ExitStack, contextmanager
 import pytest
 import requests
 
-from tests.conftest import ORDER, Api
-from tests.edge import serve_behind_nginx
-from tests.live import LiveService, serve, test_database_env
+from tests.support.edge import serve_behind_nginx
+from tests.support.http import ORDER, Api
+from tests.support.live import LiveService, serve, suite_database_env
 
 WEB_WORKERS = 2
 # config/gunicorn.py's default WEB_THREADS.
@@ -123,14 +123,14 @@ def behind_nginx(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveService]:
     with serve_behind_nginx(
-        test_database_env(), tmp_path_factory.mktemp("nginx"), web_workers=WEB_WORKERS
+        suite_database_env(), tmp_path_factory.mktemp("nginx"), web_workers=WEB_WORKERS
     ) as (edge, _app):
         yield edge
 
 
 @pytest.fixture(scope="module")
 def gunicorn_alone(django_db_setup: None) -> Iterator[LiveService]:
-    with serve(test_database_env(), web_workers=WEB_WORKERS) as service:
+    with serve(suite_database_env(), web_workers=WEB_WORKERS) as service:
         yield service
 
 

@@ -1,0 +1,1 @@
+"""``make bench``: what idempotency costs, as ratios (``python -m tests.bench``)."""

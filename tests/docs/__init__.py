@@ -1,0 +1,1 @@
+"""The API's documentation: the OpenAPI schema and the docs pages."""

@@ -1,0 +1,159 @@
+"""Contract section 5: the OpenAPI schema, and docs pages that work offline."""
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from drf_spectacular.drainage import GENERATOR_STATS
+from pytest_django import Settings
+
+from api.openapi import PYTHON_WHITESPACE
+
+COMMAND_METHODS = ("post", "put", "patch", "delete")
+PROBLEM_REF = "#/components/schemas/Problem"
+# Every URL a page names, whatever the attribute or script that names it.
+ABSOLUTE_URL = re.compile(r"""(?:https?:)?//([^/\s"'<>)]+)""", re.IGNORECASE)
+
+
+@pytest.fixture
+def schema() -> dict[str, Any]:
+    response = Client().get("/v1/schema/", {"format": "json"})
+    assert response.status_code == 200
+    return json.loads(response.content)
+
+
+def operations(schema: dict[str, Any], methods: tuple[str, ...]) -> list[tuple[str, str, Any]]:
+    return [
+        (path, method, operation)
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if method in methods
+    ]
+
+
+def test_the_schema_generates_without_warnings_and_validates(tmp_path: Path) -> None:
+    # Warnings of earlier generations in this process would count too.
+    GENERATOR_STATS.reset()
+
+    call_command(
+        "spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml")
+    )
+
+    assert (tmp_path / "schema.yaml").read_text().startswith("openapi: 3.")
+
+
+def test_the_schema_is_served_without_authentication() -> None:
+    anonymous = Client().get("/v1/schema/")
+    stale_token = Client().get("/v1/schema/", headers={"Authorization": "Bearer osk_revoked"})
+
+    assert anonymous.status_code == 200
+    assert anonymous["Content-Type"].startswith("application/vnd.oai.openapi")
+    assert b"/v1/orders" in anonymous.content
+    assert stale_token.status_code == 200
+
+
+def test_every_command_requires_an_idempotency_key(schema: dict[str, Any]) -> None:
+    commands = operations(schema, COMMAND_METHODS)
+
+    assert len(commands) == 3
+    for path, method, operation in commands:
+        keys = [
+            p
+            for p in operation["parameters"]
+            if (p["in"], p["name"]) == ("header", "Idempotency-Key")
+        ]
+        assert len(keys) == 1, (method, path)
+        assert keys[0]["required"] is True
+        for policy in ("IDEMPOTENCY_KEY_TTL", "IdempotencyKeyConflict", "IdempotencyKeyInProgress"):
+            assert policy in keys[0]["description"], (method, path, policy)
+
+
+@pytest.mark.parametrize("status", ["400", "401", "409", "413", "415", "500"])
+def test_every_command_documents_its_errors_as_problems(
+    schema: dict[str, Any], status: str
+) -> None:
+    for path, method, operation in operations(schema, COMMAND_METHODS):
+        content = operation["responses"][status]["content"]
+
+        assert list(content) == ["application/problem+json"], (method, path, status)
+        assert content["application/problem+json"]["schema"] == {"$ref": PROBLEM_REF}
+        assert len(content["application/problem+json"]["examples"]) == 1
+
+
+def test_command_409_names_every_conflict_it_can_answer(schema: dict[str, Any]) -> None:
+    conflict = schema["paths"]["/v1/payments"]["post"]["responses"]["409"]["description"]
+
+    for code in (
+        "IdempotencyKeyConflict",
+        "IdempotencyKeyInProgress",
+        "OrderAlreadyPaid",
+        "OrderStateConflict",
+        "PaymentInProgress",
+    ):
+        assert f"`{code}`" in conflict
+
+
+def test_every_read_documents_401_and_404_or_for_a_list_400(schema: dict[str, Any]) -> None:
+    reads = operations(schema, ("get",))
+
+    assert len(reads) == 4
+    for path, method, operation in reads:
+        for status in ("401", "404" if "{" in path else "400"):
+            content = operation["responses"][status]["content"]
+            assert content["application/problem+json"]["schema"] == {"$ref": PROBLEM_REF}, (
+                method,
+                path,
+                status,
+            )
+
+
+def test_every_operation_requires_the_bearer_token(schema: dict[str, Any]) -> None:
+    everything = operations(schema, ("get", *COMMAND_METHODS))
+
+    assert schema["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["bearerAuth"]["description"],
+    }
+    for path, method, operation in everything:
+        assert operation["security"] == [{"bearerAuth": []}], (method, path)
+
+
+def test_the_api_description_states_retention_and_conflict_policy(schema: dict[str, Any]) -> None:
+    description = schema["info"]["description"]
+
+    assert "IDEMPOTENCY_KEY_TTL" in description
+    assert "IdempotencyKeyConflict" in description
+    assert "Idempotent-Replayed: true" in description
+
+
+@pytest.fixture
+def unmanifested_static(settings: Settings) -> None:
+    """Static URLs without collectstatic (tests/docs/test_docs_browser.py serves the real files)."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.mark.usefixtures("unmanifested_static")
+@pytest.mark.parametrize("page", ["/docs/", "/redoc/"])
+def test_the_docs_pages_reference_no_external_host(page: str) -> None:
+    response = Client().get(page)
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "/static/drf_spectacular_sidecar/" in html
+    assert set(ABSOLUTE_URL.findall(html)) <= {"testserver"}
+
+
+def test_the_white_space_of_string_patterns_is_what_drf_trims() -> None:
+    pattern = re.compile(f"[{PYTHON_WHITESPACE}]")
+
+    trimmed = {chr(c) for c in range(0x110000) if chr(c).isspace()}
+
+    assert trimmed == {chr(c) for c in range(0x110000) if pattern.fullmatch(chr(c))}

@@ -1,0 +1,162 @@
+"""The service as deployed, in its own processes, on both of its databases.
+
+- PostgreSQL behind gunicorn with several worker processes: one key sent
+  by many clients at once still executes once.
+- The embedded default (SQLite file, SQLite broker, no server installed),
+  as ``make run`` starts it: the walkthrough of the README and a storm.
+"""
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from orders.models import Order
+from tests.support.concurrency import run_concurrently
+from tests.support.http import ORDER, Api
+from tests.support.live import LiveService, base_env, manage, serve, suite_database_env
+
+
+def post(service: LiveService, token: str, key: str, body: dict) -> requests.Response:
+    return requests.post(
+        service.url("/v1/orders"),
+        data=json.dumps(body),
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Idempotency-Key": key,
+            "Content-Type": "application/json",
+        },
+        timeout=30,
+    )
+
+
+@pytest.fixture(scope="module")
+def postgres_service(django_db_setup: None) -> Iterator[LiveService]:
+    with serve(suite_database_env(), web_workers=4) as service:
+        yield service
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_storm_across_server_processes_executes_once(
+    postgres_service: LiveService, api: Api
+) -> None:
+    responses = run_concurrently(32, lambda i: post(postgres_service, api.token, "storm", ORDER))
+
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.content for r in responses}) == 1
+    assert sum("Idempotent-Replayed" not in r.headers for r in responses) == 1
+    assert Order.objects.count() == 1
+
+
+DECLARE_THE_QUEUE = (
+    "from config.celery import app\n"
+    "with app.connection_for_write() as connection:\n"
+    "    connection.default_channel.queue_declare(queue=app.conf.task_default_queue)"
+)
+
+
+@pytest.fixture(scope="module")
+def embedded_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveService, str]]:
+    env = base_env(VAR_DIR=str(tmp_path_factory.mktemp("var")))
+    manage("migrate", "--noinput", env=env)
+    manage("seed_demo", env=env)
+    # kombu's SQLAlchemy transport creates a queue's row check-then-insert,
+    # guarded only within one process: the worker starting up and the first
+    # payment's publisher can both insert it, and the loser's publish fails
+    # (the sweep publishes it a minute later, past this test's patience).
+    manage("shell", "--no-imports", "-c", DECLARE_THE_QUEUE, env=env)
+    token = manage("create_api_client", "demo", "demo", env=env).strip().splitlines()[-1]
+    with serve(env, web_workers=2, celery=True) as service:
+        yield service, token
+
+
+def test_the_embedded_default_keeps_the_idempotency_rules(
+    embedded_service: tuple[LiveService, str],
+) -> None:
+    service, token = embedded_service
+
+    created = post(service, token, "walk-1", ORDER)
+    replayed = post(service, token, "walk-1", ORDER)
+    conflict = post(service, token, "walk-1", {**ORDER, "items": [{"sku": "ABC", "qty": 3}]})
+
+    assert created.status_code == 201
+    assert replayed.status_code == 201
+    assert replayed.headers["Idempotent-Replayed"] == "true"
+    assert replayed.content == created.content
+    assert replayed.headers["Location"] == created.headers["Location"]
+    assert conflict.status_code == 409
+    assert conflict.json()["details"]["mismatch"] == ["/items/0/qty"]
+
+
+def test_the_embedded_default_executes_a_storm_once(
+    embedded_service: tuple[LiveService, str],
+) -> None:
+    service, token = embedded_service
+
+    responses = run_concurrently(16, lambda i: post(service, token, "embedded-storm", ORDER))
+
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.json()["orderId"] for r in responses}) == 1
+    listing = requests.get(
+        service.url("/v1/orders?pageSize=200"),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    ).json()
+    assert sum(o["customerId"] == ORDER["customerId"] for o in listing["results"]) == 2
+
+
+def test_the_embedded_worker_charges_a_payment(embedded_service: tuple[LiveService, str]) -> None:
+    service, token = embedded_service
+    headers = {"Authorization": f"Bearer {token}"}
+    order = post(service, token, "pay-order", ORDER).json()["order"]
+    body = {"orderId": order["id"], "amount": order["totalAmount"], "currency": "RUB"}
+
+    accepted = requests.post(
+        service.url("/v1/payments"),
+        json={**body, "paymentMethod": "pm_card_ok"},
+        headers={**headers, "Idempotency-Key": "pay-1"},
+        timeout=30,
+    )
+    operation = poll(service, accepted.headers["Location"], headers)
+
+    assert accepted.status_code == 202
+    assert operation["status"] == "succeeded"
+    paid = requests.get(service.url(f"/v1/orders/{order['id']}"), headers=headers, timeout=10)
+    assert paid.json()["status"] == "paid"
+
+
+def poll(service: LiveService, location: str, headers: dict) -> dict:
+    """Poll an operation as a client does, honouring Retry-After (bounded)."""
+    deadline = time.monotonic() + 30
+    while True:
+        response = requests.get(service.url(location), headers=headers, timeout=10)
+        operation = response.json()
+        if operation["status"] != "processing":
+            return operation
+        assert time.monotonic() < deadline, "operation still processing"
+        # The embedded broker is polled every 0.1 s; a client would wait Retry-After.
+        time.sleep(min(float(response.headers["Retry-After"]), 0.1))
+
+
+@pytest.fixture
+def throttled_service(django_db_setup: None) -> Iterator[LiveService]:
+    with serve(suite_database_env(API_THROTTLE_RATE="3/min"), web_workers=1) as service:
+        yield service
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_configured_rate_limit_answers_429_throttled(
+    throttled_service: LiveService, api: Api
+) -> None:
+    headers = {"Authorization": f"Bearer {api.token}"}
+
+    statuses = [
+        requests.get(throttled_service.url("/v1/orders"), headers=headers, timeout=10)
+        for _ in range(4)
+    ]
+
+    assert [r.status_code for r in statuses] == [200, 200, 200, 429]
+    assert statuses[-1].json()["error"] == "Throttled"
+    assert int(statuses[-1].headers["Retry-After"]) > 0

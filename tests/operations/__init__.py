@@ -1,0 +1,1 @@
+"""Asynchronous operations: the outbox, the sweep, redelivery."""

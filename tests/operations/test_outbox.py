@@ -1,0 +1,110 @@
+"""Nothing is lost between commit and broker: the operation row is the outbox."""
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import requests
+from django.utils import timezone
+from pytest_django import Settings
+
+from config.celery import app
+from operations.models import Operation
+from operations.services import claim_operation, publish, sweep_stale_operations
+from provider.models import LedgerEntry
+from tests.support.concurrency import FinishedOperation, running_worker
+from tests.support.http import Api, body_of, payment_body
+from tests.support.live import LiveService, serve, suite_database_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def place_order(api: Api, key: str) -> dict[str, Any]:
+    """An order of one ABC (1990 RUB), as the API answers it."""
+    created = api.post(
+        "/v1/orders",
+        {"customerId": "c", "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"},
+        key=key,
+    )
+    return body_of(created)["order"]
+
+
+def pay(api: Api, key: str = "p") -> dict[str, Any]:
+    order = place_order(api, key=f"order-{key}")
+    response = api.post("/v1/payments", payment_body(order), key=key)
+    assert response.status_code == 202
+    return body_of(response)
+
+
+@pytest.fixture
+def service_with_broker_down(django_db_setup: None) -> Iterator[LiveService]:
+    # Nothing listens on port 1: every publish fails.
+    env = suite_database_env(CELERY_BROKER_URL="redis://127.0.0.1:1/0")
+    with serve(env, web_workers=1) as service:
+        yield service
+
+
+def test_a_command_committed_while_the_broker_is_down_is_done_once_it_is_back(
+    api: Api,
+    service_with_broker_down: LiveService,
+    worker: None,
+    finished_operation: FinishedOperation,
+    settings: Settings,
+) -> None:
+    order = place_order(api, key="o")
+
+    response = requests.post(
+        service_with_broker_down.url("/v1/payments"),
+        json=payment_body(order),
+        headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": "p"},
+        timeout=30,
+    )
+
+    assert response.status_code == 202
+    operation_id = response.json()["operationId"]
+    assert Operation.objects.get(pk=operation_id).status == Operation.Status.PROCESSING
+    assert LedgerEntry.objects.count() == 0
+    # The broker is back (this process's broker is up); the sweep finds the work.
+    settings.OPERATION_STALE_AFTER = 0
+    assert sweep_stale_operations() == 1
+    assert finished_operation(operation_id).status == Operation.Status.SUCCEEDED
+    assert LedgerEntry.objects.count() == 1
+
+
+def test_an_operation_of_a_dead_worker_is_picked_up_again_by_the_sweep(
+    api: Api, broker: None, finished_operation: FinishedOperation, settings: Settings
+) -> None:
+    settings.OPERATION_STALE_AFTER = 0
+    accepted = pay(api)
+    # A worker takes the task and dies holding it: its lease is taken and
+    # its message is gone.
+    assert claim_operation(accepted["operationId"]) is not None
+    app.control.purge()
+
+    with running_worker():
+        while_held = sweep_stale_operations()
+        Operation.objects.filter(pk=accepted["operationId"]).update(
+            claimed_until=timezone.now() - timedelta(seconds=1)
+        )
+        after_lapse = sweep_stale_operations()
+        operation = finished_operation(accepted["operationId"])
+
+    assert while_held == 0
+    assert after_lapse == 1
+    assert operation.status == Operation.Status.SUCCEEDED
+    assert operation.attempts == 2
+    assert LedgerEntry.objects.count() == 1
+
+
+def test_publishing_twice_is_harmless(
+    api: Api, worker: None, finished_operation: FinishedOperation
+) -> None:
+    accepted = pay(api)
+
+    publish(accepted["operationId"])
+    publish(accepted["operationId"])
+
+    operation = finished_operation(accepted["operationId"])
+    assert operation.status == Operation.Status.SUCCEEDED
+    assert LedgerEntry.objects.count() == 1

@@ -1,0 +1,1 @@
+"""The domain: orders, payments and refunds through the HTTP API."""

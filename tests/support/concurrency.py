@@ -1,0 +1,80 @@
+"""Real concurrency: threads released together, a Celery worker, waits on the database."""
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connections
+
+from operations.models import Operation
+
+# The ``finished_operation`` fixture: waits for an operation (by id) to
+# leave ``processing`` and returns it.
+FinishedOperation = Callable[[str], Operation]
+
+
+def run_concurrently(n: int, fn: Callable[[int], Any]) -> list[Any]:
+    """Run ``fn(i)`` in ``n`` threads released at the same instant.
+
+    Each thread has its own database connection (Django's are per thread),
+    so these are real concurrent transactions; each closes its connection.
+    """
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except BaseException as exc:  # surfaced in the main thread below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll a condition the database exposes no event for."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def backend_waiting_on_a_lock() -> bool:
+    """Some connection to the test database is waiting on a lock."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+@contextmanager
+def running_worker() -> Iterator[None]:
+    """A real Celery worker, in a thread of this process, on the real broker.
+
+    Tasks are published after commit and travel through the broker, as in
+    production: nothing runs eagerly.
+    """
+    from celery.contrib.testing.worker import start_worker
+
+    from config.celery import app
+
+    with start_worker(
+        app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
+    ):
+        yield
+    connections.close_all()

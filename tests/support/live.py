@@ -1,0 +1,142 @@
+"""The service as deployed: gunicorn (and a Celery worker) in their own processes."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+# The repository, two folders above this file.
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@dataclass(frozen=True)
+class LiveService:
+    base_url: str
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port), for a raw socket."""
+        host, port = self.base_url.removeprefix("http://").rsplit(":", 1)
+        return host, int(port)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def manage(*args: str, env: Mapping[str, str]) -> str:
+    """Run ``manage.py`` in its own process; returns its stdout."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout
+
+
+@contextmanager
+def serve(
+    env: Mapping[str, str],
+    *,
+    web_workers: int = 2,
+    celery: bool = False,
+    gunicorn_args: Sequence[str] = (),
+) -> Iterator[LiveService]:
+    """Start gunicorn (and a Celery worker) with ``env``; stop them on exit.
+
+    ``gunicorn_args`` are added to gunicorn's command line, where they take
+    precedence over config/gunicorn.py (``--worker-class sync``).
+    """
+    port = free_port()
+    env = {**env, "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(web_workers)}
+    processes = [
+        subprocess.Popen(
+            [
+                str(BIN / "gunicorn"),
+                "-c",
+                "config/gunicorn.py",
+                *gunicorn_args,
+                "config.wsgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
+    ]
+    if celery:
+        processes.append(
+            subprocess.Popen(
+                [
+                    str(BIN / "celery"),
+                    "-A",
+                    "config",
+                    "worker",
+                    "--pool=solo",
+                    "--loglevel=WARNING",
+                ],
+                cwd=ROOT,
+                env=env,
+            )
+        )
+    try:
+        service = LiveService(base_url=f"http://127.0.0.1:{port}")
+        _wait_until_healthy(service, processes)
+        yield service
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_until_healthy(service: LiveService, processes: list[subprocess.Popen]) -> None:
+    # The port opens when gunicorn is ready; there is no event to wait on.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert all(p.poll() is None for p in processes), "a service process exited"
+        try:
+            if requests.get(service.url("/healthz"), timeout=5).status_code == 200:
+                return
+        except (requests.ConnectionError, requests.Timeout):
+            time.sleep(0.05)
+    raise AssertionError("the service did not become healthy")
+
+
+def base_env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(overrides)
+    return env
+
+
+def suite_database_url() -> str:
+    """The URL of the suite's database (pytest-django's), for processes started by a test."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def suite_database_env(**overrides: str) -> dict[str, str]:
+    """A service process's environment on the suite's database, signing as the tests do."""
+    from django.conf import settings
+
+    return base_env(DATABASE_URL=suite_database_url(), SECRET_KEY=settings.SECRET_KEY, **overrides)
