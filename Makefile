@@ -70,6 +70,7 @@ lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES) tests
+	$(BIN)/lint-imports --no-cache
 
 fmt: install-dev
 	$(BIN)/ruff check --fix .

@@ -1,0 +1,83 @@
+"""The README states the policy the code enforces, with the numbers in force by default.
+
+The numbers live in config/settings.py and are read and phrased by
+idempotency/policy.py alone; the README is prose, so this test is what
+keeps it from drifting when a default changes. The defaults are read in a
+process of their own, with no IDEMPOTENCY_* or other setting in its
+environment, so a developer's exported variables cannot make it pass or fail.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+_DEFAULTS_SCRIPT = """
+import json, django
+django.setup()
+from django.conf import settings
+from api.errors import body_limit_text
+from idempotency import policy
+print(json.dumps({
+    "phrases": {
+        "wait": policy.wait_phrase(),
+        "retention": policy.retention_phrase(),
+        "lock timeout": policy.lock_timeout_phrase(),
+        "body limit": body_limit_text(),
+    },
+    "settings": {
+        name: getattr(settings, name)
+        for name in (
+            "IDEMPOTENCY_KEY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_LOCK_TIMEOUT",
+            "PAYMENT_RETRY_BACKOFF", "OPERATION_STALE_AFTER", "OPERATION_LEASE",
+        )
+    },
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        # Its own var/ (the local secret key), so the checkout's is untouched.
+        "VAR_DIR": str(tmp_path_factory.mktemp("var")),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _DEFAULTS_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded: dict[str, Any] = json.loads(result.stdout)
+    return loaded
+
+
+@pytest.mark.parametrize("phrase", ["wait", "retention", "lock timeout"])
+def test_the_readme_names_each_policy_number_as_the_code_does(
+    defaults: dict[str, Any], phrase: str
+) -> None:
+    assert defaults["phrases"][phrase] in README
+
+
+def test_the_readme_states_the_body_limit(defaults: dict[str, Any]) -> None:
+    assert f"{defaults['phrases']['body limit']}, with `Content-Length` or chunked" in README
+
+
+def test_the_configuration_table_gives_the_defaults(defaults: dict[str, Any]) -> None:
+    for name, value in defaults["settings"].items():
+        row = re.search(rf"^\| `{name}` \| `([^`]*)` \|", README, re.MULTILINE)
+
+        assert row is not None, f"{name} has no row in the README's configuration table"
+        assert row.group(1) == f"{value:g}", name
