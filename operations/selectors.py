@@ -1,12 +1,8 @@
 """Operation reads, scoped to the caller's tenant."""
 
 from accounts.models import Tenant
-from api.errors import NotFound
+from operations.errors import NoSuchOperation
 from operations.models import Operation
-
-
-class NoSuchOperation(NotFound):
-    """An operation id in the path names no operation of the caller's tenant."""
 
 
 def get_operation(*, tenant: Tenant, operation_id: str) -> Operation:
