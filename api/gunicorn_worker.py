@@ -105,6 +105,24 @@ class ProblemJsonThreadWorker(ThreadWorker):
     closes the connection after any error). Nothing the client sent is echoed.
     """
 
+    _quitting = False
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        """Quit at once, however many quit signals arrive.
+
+        Ctrl-C in a terminal sends SIGINT to every process of its foreground
+        group, so a worker gets it directly and then SIGQUIT from the
+        arbiter. gthread's handler shuts its thread pool down under the
+        pool's lock; a second signal landing while the first holds it enters
+        the handler again, which then waits for that lock forever, until the
+        arbiter kills the worker after ``graceful_timeout``. The first signal
+        is already quitting: the others have nothing to add.
+        """
+        if self._quitting:
+            return
+        self._quitting = True
+        super().handle_quit(sig, frame)
+
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         captured = _CapturedAnswer()
         super().handle_error(req, captured, addr, exc)

@@ -1,0 +1,116 @@
+"""Ctrl-C in a terminal stops gunicorn at once, whatever its threads were doing.
+
+A terminal sends Ctrl-C's SIGINT to every process of its foreground group:
+gunicorn's arbiter and each of its workers at once. The arbiter then sends
+each worker SIGQUIT as well, so a worker's quit handler may be entered
+again while it runs; gunicorn's threaded worker then waited on a lock held
+by its own interrupted handler until the arbiter killed it, after
+``graceful_timeout`` (30 s), logging "was sent SIGKILL".
+
+The first test is the whole story, as a user meets it; the race it can
+lose is narrow, so the second provokes it on purpose: the second signal
+is delivered while the first handler holds the pool's lock.
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import requests
+
+from accounts.services import create_api_client
+from api.gunicorn_worker import ProblemJsonThreadWorker
+from tests.support.live import BIN, ROOT, LiveService, free_port, suite_database_env
+from tests.support.live import _wait_until_healthy as wait_until_healthy
+
+# Well under gunicorn's graceful_timeout (30 s), after which the arbiter
+# would kill a stuck worker anyway.
+STOPPED_WITHIN_S = 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ctrl_c_stops_the_server_without_killing_a_stuck_worker() -> None:
+    port = free_port()
+    env = {**suite_database_env(), "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2"}
+    server = subprocess.Popen(
+        [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi:application"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Its own process group, as a shell gives a foreground job.
+        start_new_session=True,
+    )
+    service = LiveService(base_url=f"http://127.0.0.1:{port}")
+    wait_until_healthy(service, [server])
+    headers = {"Authorization": f"Bearer {create_api_client(tenant_slug='t', name='p').token}"}
+    # Requests in parallel, so that each worker runs several threads, each
+    # with its database connection.
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda _: requests.get(service.url("/v1/orders"), headers=headers, timeout=5),
+                range(64),
+            )
+        )
+
+    started = time.monotonic()
+    os.killpg(server.pid, signal.SIGINT)
+    try:
+        _, log = server.communicate(timeout=STOPPED_WITHIN_S * 4)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+    stopped_after = time.monotonic() - started
+
+    assert stopped_after < STOPPED_WITHIN_S, log[-2000:]
+    assert "SIGKILL" not in log
+
+
+class _SignalOnPut:
+    """A work queue that delivers a signal to the worker right after a put.
+
+    ThreadPoolExecutor.shutdown puts its wake-up under the pool's lock, so
+    the handler runs where a signal's would if it arrived just then.
+    """
+
+    def __init__(self, queue: Any, deliver: Any) -> None:
+        self.queue, self.deliver = queue, deliver
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        self.queue.put(item)
+        self.deliver()
+
+
+def test_a_second_quit_signal_while_the_first_is_handled_does_not_hang_the_worker() -> None:
+    # The worker as far as quitting needs: its pool, and a config to call.
+    worker = object.__new__(ProblemJsonThreadWorker)
+    worker.cfg = SimpleNamespace(worker_int=lambda worker: None)
+    worker.alive = True
+    worker.tpool = ThreadPoolExecutor(2)
+    worker.tpool.submit(time.sleep, 0).result()
+    worker.tpool._work_queue = _SignalOnPut(
+        worker.tpool._work_queue, lambda: worker.handle_quit(signal.SIGQUIT, None)
+    )
+    exits: list[object] = []
+
+    def ctrl_c() -> None:
+        try:
+            worker.handle_quit(signal.SIGINT, None)
+        except SystemExit as exc:
+            exits.append(exc.code)
+
+    # A thread of its own, so that a hang fails this test instead of the run.
+    quitting = threading.Thread(target=ctrl_c, daemon=True)
+    quitting.start()
+    quitting.join(timeout=STOPPED_WITHIN_S)
+
+    assert not quitting.is_alive(), "the worker hung in its quit handler"
+    assert exits == [0]
+    assert worker.alive is False
