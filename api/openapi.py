@@ -150,13 +150,13 @@ class Problem(serializers.Serializer):
     )
 
 
-EXAMPLE_TRACE_ID = "6f1c2a9e0b7d4c35a8e2f41d9b0c7e12"
+_EXAMPLE_TRACE_ID = "6f1c2a9e0b7d4c35a8e2f41d9b0c7e12"
 
 
-def rendered(error: BaseException) -> dict[str, Any]:
+def _rendered(error: BaseException) -> dict[str, Any]:
     """The body the service answers for ``error``, with a fixed trace id."""
     body: dict[str, Any] = json.loads(render_exception(error).content)
-    body["traceId"] = EXAMPLE_TRACE_ID
+    body["traceId"] = _EXAMPLE_TRACE_ID
     return body
 
 
@@ -169,7 +169,7 @@ class Refusal:
 
     @cached_property
     def body(self) -> dict[str, Any]:
-        return rendered(self.error)
+        return _rendered(self.error)
 
 
 MALFORMED_JSON = Refusal(
