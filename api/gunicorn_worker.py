@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 from gunicorn import util
+from gunicorn.workers.base import Worker
 from gunicorn.workers.gthread import ThreadWorker
 
 from api.problem import PROBLEM_CONTENT_TYPE, problem_body
@@ -108,20 +109,25 @@ class ProblemJsonThreadWorker(ThreadWorker):
     _quitting = False
 
     def handle_quit(self, sig: int, frame: Any) -> None:
-        """Quit at once, however many quit signals arrive.
+        """Quit at once (SIGINT, SIGQUIT), without touching the thread pool's lock.
 
-        Ctrl-C in a terminal sends SIGINT to every process of its foreground
-        group, so a worker gets it directly and then SIGQUIT from the
-        arbiter. gthread's handler shuts its thread pool down under the
-        pool's lock; a second signal landing while the first holds it enters
-        the handler again, which then waits for that lock forever, until the
-        arbiter kills the worker after ``graceful_timeout``. The first signal
-        is already quitting: the others have nothing to add.
+        gthread's own handler shuts its thread pool down, which takes the
+        pool's lock. But a signal handler runs in the main thread between
+        any two of its steps, also while that thread holds the very lock:
+        handing a request to the pool, or handling an earlier signal (Ctrl-C
+        sends SIGINT to every process of the terminal's group, and the
+        arbiter then sends each worker SIGQUIT). The handler then waited for
+        itself until the arbiter killed the worker after ``graceful_timeout``.
+
+        Leaving the interpreter, as the base handler does (``sys.exit``),
+        shuts the pool down anyway, from outside any lock: Python's exit wakes
+        the idle pool threads and waits for those serving a request. Later
+        quit signals have nothing to add to the first.
         """
         if self._quitting:
             return
         self._quitting = True
-        super().handle_quit(sig, frame)
+        Worker.handle_quit(self, sig, frame)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         captured = _CapturedAnswer()

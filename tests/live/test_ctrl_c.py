@@ -1,15 +1,17 @@
 """Ctrl-C in a terminal stops gunicorn at once, whatever its threads were doing.
 
 A terminal sends Ctrl-C's SIGINT to every process of its foreground group:
-gunicorn's arbiter and each of its workers at once. The arbiter then sends
-each worker SIGQUIT as well, so a worker's quit handler may be entered
-again while it runs; gunicorn's threaded worker then waited on a lock held
-by its own interrupted handler until the arbiter killed it, after
+gunicorn's arbiter and each of its workers at once, and the arbiter then
+sends each worker SIGQUIT. gunicorn's threaded worker shut its thread pool
+down from the handler, under the pool's lock; when the signal landed while
+its main thread held that lock (queueing a request, or handling the other
+signal), it waited for itself until the arbiter killed it, after
 ``graceful_timeout`` (30 s), logging "was sent SIGKILL".
 
 The first test is the whole story, as a user meets it; the race it can
-lose is narrow, so the second provokes it on purpose: the second signal
-is delivered while the first handler holds the pool's lock.
+lose is narrow, so the second provokes it on purpose: the signal is
+delivered while the worker hands a request to its thread pool, holding
+the pool's lock.
 """
 
 import os
@@ -74,10 +76,11 @@ def test_ctrl_c_stops_the_server_without_killing_a_stuck_worker() -> None:
 
 
 class _SignalOnPut:
-    """A work queue that delivers a signal to the worker right after a put.
+    """A work queue that delivers a signal to the worker as a request is queued.
 
-    ThreadPoolExecutor.shutdown puts its wake-up under the pool's lock, so
-    the handler runs where a signal's would if it arrived just then.
+    ThreadPoolExecutor.submit queues its work while it holds the pool's
+    lock, so the handler runs where a real signal's runs when it arrives
+    just then.
     """
 
     def __init__(self, queue: Any, deliver: Any) -> None:
@@ -88,29 +91,28 @@ class _SignalOnPut:
         self.deliver()
 
 
-def test_a_second_quit_signal_while_the_first_is_handled_does_not_hang_the_worker() -> None:
+def test_a_quit_signal_while_a_request_is_handed_to_a_thread_does_not_hang_the_worker() -> None:
     # The worker as far as quitting needs: its pool, and a config to call.
     worker = object.__new__(ProblemJsonThreadWorker)
     worker.cfg = SimpleNamespace(worker_int=lambda worker: None)
     worker.alive = True
     worker.tpool = ThreadPoolExecutor(2)
-    worker.tpool.submit(time.sleep, 0).result()
     worker.tpool._work_queue = _SignalOnPut(
-        worker.tpool._work_queue, lambda: worker.handle_quit(signal.SIGQUIT, None)
+        worker.tpool._work_queue, lambda: worker.handle_quit(signal.SIGINT, None)
     )
     exits: list[object] = []
 
-    def ctrl_c() -> None:
+    def accept_a_request() -> None:
         try:
-            worker.handle_quit(signal.SIGINT, None)
+            worker.tpool.submit(time.sleep, 0)
         except SystemExit as exc:
             exits.append(exc.code)
 
     # A thread of its own, so that a hang fails this test instead of the run.
-    quitting = threading.Thread(target=ctrl_c, daemon=True)
-    quitting.start()
-    quitting.join(timeout=STOPPED_WITHIN_S)
+    main = threading.Thread(target=accept_a_request, daemon=True)
+    main.start()
+    main.join(timeout=STOPPED_WITHIN_S)
 
-    assert not quitting.is_alive(), "the worker hung in its quit handler"
+    assert not main.is_alive(), "the worker hung in its quit handler"
     assert exits == [0]
     assert worker.alive is False
