@@ -17,7 +17,34 @@ app.autodiscover_tasks()
 
 if app.conf.broker_url.startswith("sqla+"):
     from kombu.transport import sqlalchemy
+    from sqlalchemy.exc import IntegrityError, OperationalError
 
+    class _Channel(sqlalchemy.Channel):
+        """kombu's channel, safe when several processes start on a fresh broker file.
+
+        ``make run`` starts the worker beside gunicorn, and each creates the
+        broker's tables and the task queue's row as it starts. kombu creates
+        both check-then-insert, under a lock that serialises one process
+        only: the loser of the race got "table already exists" or a unique
+        violation, and a worker that lost died ("Unrecoverable error"),
+        leaving payments processing. The loser's second try finds what the
+        winner made.
+        """
+
+        def _open(self) -> Any:
+            try:
+                return super()._open()
+            except OperationalError:
+                return super()._open()
+
+        def _get_or_create(self, queue: str) -> Any:
+            try:
+                return super()._get_or_create(queue)
+            except IntegrityError:
+                self.session.rollback()
+                return super()._get_or_create(queue)
+
+    sqlalchemy.Transport.Channel = _Channel
     # The embedded broker polls its table, once a second by default, which
     # would add up to a second to every task. kombu passes transport options
     # to SQLAlchemy's create_engine (which rejects this one), so the polling

@@ -50,23 +50,11 @@ def test_a_storm_across_server_processes_executes_once(
     assert Order.objects.count() == 1
 
 
-DECLARE_THE_QUEUE = (
-    "from config.celery import app\n"
-    "with app.connection_for_write() as connection:\n"
-    "    connection.default_channel.queue_declare(queue=app.conf.task_default_queue)"
-)
-
-
 @pytest.fixture(scope="module")
 def embedded_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveService, str]]:
     env = base_env(VAR_DIR=str(tmp_path_factory.mktemp("var")))
     manage("migrate", "--noinput", env=env)
     manage("seed_demo", env=env)
-    # kombu's SQLAlchemy transport creates a queue's row check-then-insert,
-    # guarded only within one process: the worker starting up and the first
-    # payment's publisher can both insert it, and the loser's publish fails
-    # (the sweep publishes it a minute later, past this test's patience).
-    manage("shell", "--no-imports", "-c", DECLARE_THE_QUEUE, env=env)
     token = manage("create_api_client", "demo", "demo", env=env).strip().splitlines()[-1]
     with serve(env, web_workers=2, celery=True) as service:
         yield service, token
