@@ -27,15 +27,18 @@ if app.conf.broker_url.startswith("sqla+"):
         both check-then-insert, under a lock that serialises one process
         only: the loser of the race got "table already exists" or a unique
         violation, and a worker that lost died ("Unrecoverable error"),
-        leaving payments processing. The loser's second try finds what the
-        winner made.
+        leaving payments processing. Each "already exists" means that another
+        process has created one more table meanwhile, so the loser tries
+        again, at most once per table, and then finds what the winners made.
         """
 
         def _open(self) -> Any:
-            try:
-                return super()._open()
-            except OperationalError:
-                return super()._open()
+            for _ in sqlalchemy.metadata.tables:
+                try:
+                    return super()._open()
+                except OperationalError:
+                    pass
+            return super()._open()
 
         def _get_or_create(self, queue: str) -> Any:
             try:
