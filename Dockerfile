@@ -1,6 +1,7 @@
 # The order service image: gunicorn by default; the Celery worker and beat run
 # the same image with another command (see docker-compose.yml).
-FROM python:3.11-slim
+# The newest Python the project supports and tests (3.11 to 3.13).
+FROM python:3.13-slim
 
 # PYTHONPATH=/app: `pip install --no-deps .` also puts the packages into
 # site-packages, but every process must import the one copy in /app, where
