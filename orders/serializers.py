@@ -11,6 +11,7 @@ from orders.links import order_path, payment_path
 from orders.models import Order, OrderItem, Payment
 from orders.services import NewOrder, NewPayment, OrderLine
 
+from provider.gateway import get_gateway
 MAX_ITEMS = 100
 MAX_QTY = 1000
 
@@ -101,11 +102,41 @@ class OrderCommandOutput(serializers.Serializer):
 
 class CreatePaymentInput(StrictSerializer):
     orderId = StrictCharField(max_length=32)  # noqa: N815
+class PaymentMethodField(serializers.ChoiceField):
+    """One of the configured payment provider's methods: an enum in the schema.
+
+    The choices are read from the gateway whenever a serializer is made (DRF
+    builds each serializer's fields anew), so validation and the schema both
+    follow ``PAYMENT_GATEWAY``. A refusal is a ``400 ValidationError``: the
+    body is well-formed but not valid, a final answer that is stored and
+    replayed like any other, and no payment is recorded.
+    """
+
+    default_error_messages = {"invalid_choice": "Not a payment method of this provider: {methods}."}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=list(get_gateway().payment_methods.items()), **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        # The refusal names the methods rather than echoing the value: it is
+        # stored with the key, and a client may send a megabyte of it.
+        if not isinstance(data, str) or data not in self.choices:
+            self.fail("invalid_choice", methods=", ".join(self.choices))
+        return data
+
+
     amount = StrictIntegerField(min_value=1)
     currency = serializers.RegexField(
         r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code such as RUB."}
     )
-    paymentMethod = StrictCharField(max_length=64)  # noqa: N815
+    paymentMethod = PaymentMethodField(  # noqa: N815
+        help_text=(
+            "How the customer pays: one of the payment provider's methods, listed below "
+            "(with the built-in simulator, test cards). Any other value is refused with `400 "
+            "ValidationError` naming `paymentMethod` in `details`, stored and replayed "
+            "like any final answer; it never reaches the provider."
+        )
+    )
 
     def to_new_payment(self) -> NewPayment:
         data = self.validated_data

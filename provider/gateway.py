@@ -7,6 +7,7 @@ most one charge or refund per key and answers repeats with the original
 result, which is what makes retrying a call whose answer was lost safe.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,6 +25,12 @@ class ProviderResult:
 
 
 class PaymentGateway(Protocol):
+    #: The payment methods this provider accepts, each with what it does for
+    #: people reading the API docs. The API refuses any other method before it
+    #: records a payment (orders.serializers), and its schema lists these as
+    #: an enum, so a method the provider does not know never reaches it.
+    payment_methods: Mapping[str, str]
+
     def charge(
         self,
         *,

@@ -1,6 +1,7 @@
 """A payment provider simulator that behaves like a real one where it matters.
 
-Payment methods:
+Payment methods (:attr:`SimulatedProvider.payment_methods`; the API refuses
+any other):
 
 - ``pm_card_ok``: the charge succeeds.
 - ``pm_card_declined``: the charge is refused with ``card_declined``.
@@ -27,6 +28,7 @@ from api.ids import new_id
 from provider.gateway import ProviderResult, ProviderUnavailable
 from provider.models import Attempt, LedgerEntry
 
+OK = "pm_card_ok"
 DECLINED = "pm_card_declined"
 FLAKY = "pm_card_flaky"
 # pm_card_flaky fails this many calls per key before it answers.
@@ -34,6 +36,15 @@ FLAKY_FAILURES = 2
 
 
 class SimulatedProvider:
+    payment_methods = {
+        OK: "The charge succeeds.",
+        DECLINED: 'The charge is refused: the payment fails with `failureCode: "card_declined"`.',
+        FLAKY: (
+            "The provider times out, then answers 503, then succeeds: the worker "
+            "retries and the customer is charged once."
+        ),
+    }
+
     def charge(
         self,
         *,

@@ -9,13 +9,16 @@ import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connections, transaction
+from django.test import Client
+from pytest_django import Settings
 
 from operations.models import Operation
 from operations.services import finish_operation
 from operations.tasks import run_operation
 from orders.models import Order, Payment
 from orders.services import charge_payment
-from provider.models import Attempt
+from provider.gateway import ProviderResult
+from provider.models import Attempt, LedgerEntry
 from tests.support.concurrency import (
     FinishedOperation,
     backend_waiting_on_a_lock,
@@ -222,6 +225,62 @@ def test_a_payment_that_does_not_fit_the_order_is_refused(
     assert body_of(response)["error"] == error
     assert Payment.objects.count() == 0
     assert Operation.objects.count() == 0
+
+
+@pytest.mark.parametrize("method", ["pm_bogus", "PM_CARD_OK", "pm_card_ok ", "", 1])
+def test_a_method_the_provider_does_not_have_is_refused_stored_and_never_charged(
+    api: Api, order_body: dict[str, Any], method: Any
+) -> None:
+    order = place_order(api, order_body)
+    calls_before = list(Attempt.objects.values_list("provider_key", "count"))
+
+    refused = api.post("/v1/payments", payment_body(order, method), key="bogus")
+    replayed = api.post("/v1/payments", payment_body(order, method), key="bogus")
+
+    assert refused.status_code == 400
+    problem = body_of(refused)
+    assert problem["error"] == "ValidationError"
+    assert list(problem["details"]) == ["paymentMethod"]
+    # It tells the client what it may send instead.
+    assert "pm_card_ok, pm_card_declined, pm_card_flaky" in problem["details"]["paymentMethod"][0]
+    # A final answer: stored with the key and replayed byte for byte.
+    assert replayed.status_code == 400
+    assert replayed.content == refused.content
+    assert replayed["Content-Type"] == refused["Content-Type"] == "application/problem+json"
+    assert replayed["Idempotent-Replayed"] == "true"
+    assert not refused.has_header("Idempotent-Replayed")
+    # No payment, nothing to charge, and the provider never heard of it.
+    assert Payment.objects.count() == 0
+    assert Operation.objects.count() == 0
+    assert not LedgerEntry.objects.exists()
+    assert list(Attempt.objects.values_list("provider_key", "count")) == calls_before
+
+
+class GiftCardProvider:
+    """A provider with methods of its own, configured through ``PAYMENT_GATEWAY``."""
+
+    payment_methods = {"pm_gift_card": "Paid from a gift card."}
+
+    def charge(self, **call: Any) -> ProviderResult:
+        return ProviderResult(charge_id="ch_gift", succeeded=True)
+
+    def refund(self, **call: Any) -> ProviderResult:
+        return ProviderResult(charge_id="re_gift", succeeded=True)
+
+
+def test_the_configured_providers_methods_are_the_ones_accepted_and_documented(
+    api: Api, order_body: dict[str, Any], settings: Settings
+) -> None:
+    settings.PAYMENT_GATEWAY = f"{__name__}.GiftCardProvider"
+    order = place_order(api, order_body)
+
+    simulator_card = api.post("/v1/payments", payment_body(order, "pm_card_ok"), key="card")
+    gift_card = api.post("/v1/payments", payment_body(order, "pm_gift_card"), key="gift")
+    schema = Client().get("/v1/schema/", {"format": "json"}).json()
+
+    assert simulator_card.status_code == 400
+    assert gift_card.status_code == 202
+    assert schema["components"]["schemas"]["PaymentMethodEnum"]["enum"] == ["pm_gift_card"]
 
 
 def test_another_tenants_order_cannot_be_paid(
