@@ -5,7 +5,10 @@
 - :class:`Problem` is the error body, and a :class:`Refusal` is one error
   an endpoint may answer, with its example rendered by
   :func:`api.errors.render_exception` itself, so the documented bodies
-  cannot drift from what the service answers.
+  cannot drift from what the service answers. Each status of an endpoint
+  gets a named subclass of :class:`Problem` (:func:`problem_responses`)
+  whose ``error`` enumerates its codes and whose ``details`` are typed, so
+  that a generated client gets real types.
 - :func:`read_schema` decorates a read with everything the API promises of
   every read (``401``, ``406``, ``429``, ``500``, ``X-Request-ID``), so no
   endpoint can forget one; commands add the idempotency layer's part
@@ -22,11 +25,14 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import field as dataclass_field
+from functools import cached_property, partial
+from http import HTTPStatus
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiParameter,
@@ -127,6 +133,10 @@ class Problem(serializers.Serializer):
 
     Served as ``application/problem+json``. ``error`` is the stable code to
     branch on; ``message`` is for people and may change.
+
+    Each response documents its own subclass (:func:`problem_responses`):
+    ``error`` is an enum of the codes that response can carry, and
+    ``details`` (with any other member) is typed by what those codes put there.
     """
 
     type = serializers.CharField(help_text="`urn:order-service:problem:<error>`.")
@@ -137,17 +147,42 @@ class Problem(serializers.Serializer):
     traceId = serializers.CharField(  # noqa: N815 - the wire name
         help_text="The request's `X-Request-ID`; quote it when reporting a problem."
     )
-    details = serializers.DictField(
-        required=False,
-        help_text=(
-            "Specifics of the error: field → messages for `ValidationError`, "
-            "`mismatch` (JSON Pointers) for `IdempotencyKeyConflict`, the facts "
-            "behind a business rejection."
-        ),
-    )
-    idempotencyKey = serializers.CharField(  # noqa: N815
-        required=False, help_text="`IdempotencyKeyConflict` only: the key that was reused."
-    )
+
+
+class FieldErrors(serializers.DictField):
+    """``details`` of a ``ValidationError``: each field → its messages.
+
+    A nested object or list nests its errors alike (``{"items": {"0": {"qty": […]}}}``),
+    which a serializer cannot say: :class:`FieldErrorsScheme` writes the schema.
+    """
+
+
+class FieldErrorsScheme(OpenApiSerializerFieldExtension):
+    """``FieldErrors``, a recursive component: field → messages, or → the errors of its members."""
+
+    target_class = FieldErrors
+
+    def map_serializer_field(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
+        component = ResolvedComponent(
+            name="FieldErrors",
+            type=ResolvedComponent.SCHEMA,
+            object="FieldErrors",
+            schema={
+                "type": "object",
+                "description": (
+                    "Each field that failed → its messages; a nested object or list → the "
+                    "errors of its members (list items by index)."
+                ),
+                "additionalProperties": {
+                    "oneOf": [
+                        {"type": "array", "items": {"type": "string"}},
+                        {"$ref": "#/components/schemas/FieldErrors"},
+                    ]
+                },
+            },
+        )
+        auto_schema.registry.register_on_missing(component)
+        return component.ref
 
 
 _EXAMPLE_TRACE_ID = "6f1c2a9e0b7d4c35a8e2f41d9b0c7e12"
@@ -160,16 +195,34 @@ def _rendered(error: BaseException) -> dict[str, Any]:
     return body
 
 
+Member = Callable[..., serializers.Field]
+
+
 @dataclass(frozen=True)
 class Refusal:
-    """An error an endpoint may answer: an instance to render, and when it happens."""
+    """An error an endpoint may answer: an instance to render, and when it happens.
+
+    ``members`` type what the error adds to :class:`Problem` (``details``,
+    ``idempotencyKey``): each a field class, or a partial of one, that takes
+    ``required``. Without them, the ``details`` of the rendered example are
+    typed from their values: the facts behind a business rejection.
+    """
 
     error: BaseException
     when: str
+    members: Mapping[str, Member] = dataclass_field(default_factory=dict)
 
     @cached_property
     def body(self) -> dict[str, Any]:
         return _rendered(self.error)
+
+    @property
+    def code(self) -> str:
+        return str(self.body["error"])
+
+    @property
+    def status(self) -> int:
+        return int(self.body["status"])
 
 
 MALFORMED_JSON = Refusal(
@@ -208,6 +261,11 @@ THROTTLED = Refusal(
 INTERNAL_ERROR = Refusal(InternalError(), "the service failed; quote the `traceId`.")
 
 
+FIELD_ERRORS: Mapping[str, Member] = {
+    "details": partial(FieldErrors, help_text="Each field that failed → its messages.")
+}
+
+
 def not_found(resource: str, example_id: str) -> Refusal:
     """``404 NotFound`` for a path id: missing, or another tenant's."""
     return Refusal(
@@ -225,6 +283,7 @@ def validation_error(serializer_class: type[serializers.Serializer], body: Any) 
         drf.ValidationError(serializer.errors),
         "a well-formed body that fails validation; `details` maps each field to its "
         "messages. A final outcome of the command: stored and replayed.",
+        members=FIELD_ERRORS,
     )
 
 
@@ -293,14 +352,20 @@ CURSOR = OpenApiParameter(
     "cursor",
     type=str,
     description=(
-        "Opaque and signed: take it from the `next` or `previous` link. One this service "
-        "did not issue (or issued under another `SECRET_KEY`) is `400 ValidationError`; "
-        "start again without a cursor."
+        "Opaque and signed: pass back the `nextCursor` or `previousCursor` of a page (the "
+        "`next` and `previous` links carry the same). One this service did not issue (or "
+        "issued under another `SECRET_KEY`) is `400 ValidationError`; start again without "
+        "a cursor."
     ),
 )
 PAGE_SIZE = OpenApiParameter(
     "pageSize",
-    type={"type": "integer", "minimum": MIN_PAGE_SIZE, "maximum": MAX_PAGE_SIZE},
+    type={
+        "type": "integer",
+        "minimum": MIN_PAGE_SIZE,
+        "maximum": MAX_PAGE_SIZE,
+        "default": DEFAULT_PAGE_SIZE,
+    },
     description=(
         f"Results per page: an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}, default "
         f"{DEFAULT_PAGE_SIZE}. Anything else is `400 ValidationError`, never quietly replaced."
@@ -313,42 +378,122 @@ INVALID_LIST_QUERY = Refusal(
     ),
     f"`pageSize` is not an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}, or `cursor` is "
     "not one this service issued; `details` names the parameter.",
+    members=FIELD_ERRORS,
 )
 
 
 def cursor_page(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
-    """The response of a list: ``{"results": [...], "next": url|null, "previous": url|null}``.
+    """The response of a list: ``{"results", "next", "previous", "nextCursor", "previousCursor"}``.
 
     The views paginate by hand (api.pagination), so drf-spectacular cannot
     see the envelope; this serializer describes it and names its component.
     """
     link = "Path-absolute URL of the {} page, or null.".format
+    cursor = "The `cursor` parameter that asks for the {} page, or null.".format
     fields: dict[str, Any] = {
         "results": item(many=True),
         "next": serializers.CharField(allow_null=True, help_text=link("next")),
         "previous": serializers.CharField(allow_null=True, help_text=link("previous")),
+        "nextCursor": serializers.CharField(allow_null=True, help_text=cursor("next")),
+        "previousCursor": serializers.CharField(allow_null=True, help_text=cursor("previous")),
     }
     return type(name, (serializers.Serializer,), fields)
 
 
 # --- Operation schemas ------------------------------------------------------
 
+# The problem serializer of each (status, codes): a set of codes gets one
+# component, whichever endpoints answer it, so its `error` enum gets one name.
+_PROBLEMS: dict[tuple[int, tuple[str, ...]], type[Problem]] = {}
 
-def problem_responses(refusals: Sequence[Refusal]) -> dict[tuple[int, str], OpenApiResponse]:
-    """One response per status: every code it can carry, and one example body."""
+
+def problem_responses(
+    refusals: Sequence[Refusal], *, operation_id: str, own: Sequence[Refusal] = ()
+) -> dict[tuple[int, str], OpenApiResponse]:
+    """One response per status: every code it can carry, and one example body.
+
+    ``refusals`` are every error of the endpoint, ``own`` those among them that
+    are the endpoint's rather than every endpoint's (its domain refusals).
+    """
     by_status: dict[int, list[Refusal]] = {}
     for refusal in refusals:
-        by_status.setdefault(refusal.body["status"], []).append(refusal)
+        by_status.setdefault(refusal.status, []).append(refusal)
     responses = {}
     for status, group in sorted(by_status.items()):
         first = group[0].body
-        description = "\n".join(f"- `{r.body['error']}`: {r.when}" for r in group)
+        description = "\n".join(f"- `{r.code}`: {r.when}" for r in group)
+        scope = operation_id if any(r in own for r in group) else ""
         responses[(status, PROBLEM_CONTENT_TYPE)] = OpenApiResponse(
-            Problem,
+            _problem(status, group, scope),
             description=description,
             examples=[OpenApiExample(first["error"], value=first)],
         )
     return responses
+
+
+def _problem(status: int, group: Sequence[Refusal], scope: str) -> type[Problem]:
+    """The :class:`Problem` of one response, named for client generators.
+
+    ``NotFoundProblem`` when it has one code; otherwise after its status
+    (``UnauthorizedProblem``), and the endpoint too (``createPayment`` →
+    ``CreatePaymentConflictProblem``) when the endpoint adds codes of its own.
+    """
+    codes = tuple(dict.fromkeys(r.code for r in group))
+    if (status, codes) in _PROBLEMS:
+        return _PROBLEMS[status, codes]
+    if len(codes) == 1:
+        name = f"{codes[0]}Problem"
+    else:
+        phrase = HTTPStatus(status).phrase.title().replace(" ", "").replace("-", "")
+        name = f"{scope[:1].upper()}{scope[1:]}{phrase}Problem"
+    error = serializers.ChoiceField(choices=codes, help_text="The stable machine code, PascalCase.")
+    fields = {"error": error, **_members(group, name)}
+    problem = type(name, (Problem,), {**fields, "__doc__": Problem.__doc__})
+    _PROBLEMS[status, codes] = problem
+    return problem
+
+
+def _members(group: Sequence[Refusal], problem_name: str) -> dict[str, serializers.Field]:
+    """What the group's codes add to :class:`Problem`, each required if every code adds it."""
+    declared: dict[str, list[Member]] = {}
+    for refusal in group:
+        for name, member in refusal.members.items():
+            declared.setdefault(name, []).append(member)
+    # Facts, from the examples of the codes that declare no members.
+    facts = [r.body["details"] for r in group if not r.members and "details" in r.body]
+    if facts:
+        details = type(
+            f"{problem_name}Details",
+            (serializers.Serializer,),
+            {k: _fact(v) for fact in facts for k, v in fact.items()},
+        )
+        help_text = "The facts behind the refusal, which depend on `error`."
+        declared.setdefault("details", []).extend(
+            partial(details, help_text=help_text) for _ in facts
+        )
+    members = {}
+    for name, factories in declared.items():
+        if len({_field_class(f) for f in factories}) > 1:
+            raise TypeError(f"{problem_name}: its codes give `{name}` different types")
+        members[name] = factories[0](required=len(factories) == len(group))
+    return members
+
+
+def _field_class(member: Member) -> Any:
+    return member.func if isinstance(member, partial) else member
+
+
+def _fact(value: Any) -> serializers.Field:
+    """A field for one fact of an example's ``details``, typed from its value."""
+    if isinstance(value, bool):
+        return serializers.BooleanField(required=False)
+    if isinstance(value, int):
+        return serializers.IntegerField(required=False)
+    if isinstance(value, str):
+        return serializers.CharField(required=False)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return serializers.ListField(child=serializers.CharField(), required=False)
+    return serializers.JSONField(required=False)
 
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -377,12 +522,13 @@ def read_schema(
         THROTTLED,
         INTERNAL_ERROR,
     ]
+    problems = problem_responses(every_refusal, operation_id=operation_id, own=refusals)
     return extend_schema(
         operation_id=operation_id,
         summary=summary,
         description=description,
         tags=[tag],
-        responses={200: response, **problem_responses(every_refusal)},
+        responses={200: response, **problems},
         parameters=[
             *parameters,
             REQUEST_ID,

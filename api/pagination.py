@@ -1,8 +1,10 @@
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from django.core import signing
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from api.errors import ApplicationError
@@ -18,7 +20,11 @@ class InvalidListQuery(ApplicationError):
 
 
 class NewestFirstCursorPagination(CursorPagination):
-    """``{"results", "next", "previous"}``, newest first, with path-absolute links.
+    """``{"results", "next", "previous", "nextCursor", "previousCursor"}``, newest first.
+
+    Links are path-absolute; the cursors are the links' ``cursor`` parameter on
+    their own, for clients that build their requests from parameters (a
+    generated client) rather than follow URLs.
 
     A cursor stays correct while rows are inserted, unlike page numbers, and
     costs one indexed range scan however deep the client pages.
@@ -41,6 +47,23 @@ class NewestFirstCursorPagination(CursorPagination):
         # Links are path-absolute (/v1/…), like every link we answer.
         self.base_url = request.get_full_path()
         return page
+
+    def get_paginated_response(self, data: Any) -> Response:
+        next_link, previous_link = self.get_next_link(), self.get_previous_link()
+        return Response(
+            {
+                "results": data,
+                "next": next_link,
+                "previous": previous_link,
+                "nextCursor": self._cursor_of(next_link),
+                "previousCursor": self._cursor_of(previous_link),
+            }
+        )
+
+    def _cursor_of(self, link: str | None) -> str | None:
+        if link is None:
+            return None
+        return parse_qs(urlsplit(link).query)[self.cursor_query_param][0]
 
     def get_page_size(self, request: Request) -> int:
         """``pageSize`` as the client sent it, or the default; anything else is refused.

@@ -9,6 +9,7 @@ answers and refusals (orders/schema.py). The policy's numbers come from
 """
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from drf_spectacular.utils import (
@@ -17,6 +18,7 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
 )
+from rest_framework import serializers
 
 from api.errors import InternalError
 from api.openapi import (
@@ -87,6 +89,18 @@ KEY_INVALID = Refusal(
     f"the key is empty, longer than {policy.MAX_KEY_LENGTH} characters or not visible ASCII. "
     "Not stored: nothing executed.",
 )
+
+
+class KeyConflictDetails(serializers.Serializer):
+    mismatch = serializers.ListField(
+        child=serializers.CharField(),
+        help_text=(
+            "What differs from the key's first request, as JSON Pointers into the request "
+            "(`/items/0/qty`, `/currency`) or `/method`, `/path`; never the values."
+        ),
+    )
+
+
 KEY_CONFLICT = Refusal(
     IdempotencyKeyConflict(
         details={"mismatch": ["/items/0/qty"]}, extra={"idempotencyKey": _EXAMPLE_KEY}
@@ -95,6 +109,13 @@ KEY_CONFLICT = Refusal(
     "parameter). Nothing executes. `details.mismatch` lists what differs as JSON "
     "Pointers into the request (`/items/0/qty`, `/currency`) or `/method`, `/path`, "
     "never the values; `idempotencyKey` repeats the key.",
+    members={
+        "details": KeyConflictDetails,
+        "idempotencyKey": partial(
+            serializers.CharField,
+            help_text="`IdempotencyKeyConflict` only: the key that was reused.",
+        ),
+    },
 )
 KEY_IN_PROGRESS = Refusal(
     IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()}),
@@ -194,7 +215,10 @@ def command_schema(
         description=description,
         tags=[tag],
         request=request,
-        responses={**responses, **problem_responses(refusal_list)},
+        responses={
+            **responses,
+            **problem_responses(refusal_list, operation_id=operation_id, own=refusals),
+        },
         parameters=[*path_parameters, IDEMPOTENCY_KEY, *headers],
         examples=list(examples),
     )

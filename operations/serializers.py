@@ -1,5 +1,6 @@
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from operations import registry
@@ -18,13 +19,19 @@ def result_path(operation: Operation) -> str:
 
 
 class OperationErrorOutput(serializers.Serializer):
-    error = serializers.CharField(source="error_code")
-    message = serializers.CharField(source="error_message")
+    """Why an operation failed; ``null`` unless it did."""
+
+    error = serializers.CharField(
+        source="error_code", help_text="A stable code, such as `card_declined`."
+    )
+    message = serializers.CharField(source="error_message", help_text="For people.")
 
 
 class OperationLinksOutput(serializers.Serializer):
-    self = serializers.CharField()
-    result = serializers.CharField()
+    self = serializers.CharField(help_text="This operation.")
+    result = serializers.CharField(
+        help_text="What it works on: the payment of a charge, the order of a refund."
+    )
 
 
 class OperationOutput(serializers.ModelSerializer):
@@ -45,11 +52,13 @@ class OperationOutput(serializers.ModelSerializer):
         fields["kind"] = serializers.ChoiceField(choices=registry.kinds())
         return fields
 
+    @extend_schema_field(OperationErrorOutput(allow_null=True))
     def get_error(self, operation: Operation) -> dict[str, str] | None:
         if operation.status != Operation.Status.FAILED:
             return None
         return OperationErrorOutput(operation).data
 
+    @extend_schema_field(OperationLinksOutput)
     def get_links(self, operation: Operation) -> dict[str, Any]:
         return {"self": operation_path(operation.id), "result": result_path(operation)}
 

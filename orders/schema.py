@@ -145,7 +145,9 @@ create_payment = command_schema(
         "Validated at once, then charged by a worker: `202` with the payment and the "
         "operation to poll. A retry with the same key answers the same ids with the "
         "operation's current `status`. The order can have one live payment: a second "
-        "charge is refused whatever its key."
+        "charge is refused whatever its key.\n\n"
+        "To try it: place an order with `POST /v1/orders` first, and send its `orderId`, "
+        "with its `totalAmount` as `amount` and its `currency`."
     ),
     tag="payments",
     request=CreatePaymentInput,
@@ -186,8 +188,15 @@ create_payment = command_schema(
     examples=[
         OpenApiExample(
             "A card that pays",
+            summary="A card that pays: replace orderId with the one POST /v1/orders answered",
+            description=(
+                "Pays the order of `createOrder`'s example (2 x ABC, 3980 RUB). Replace "
+                "`orderId` with the `orderId` that `POST /v1/orders` answered: this one "
+                "names no order (`422 OrderNotFound`). For another order, `amount` and "
+                "`currency` are its `totalAmount` and `currency`."
+            ),
             value={
-                "orderId": "ord_3k9x0c2m5q8w1e4r7t6y0u2i9",
+                "orderId": "ord_REPLACE_WITH_YOUR_ORDER_ID",
                 "amount": 3980,
                 "currency": "RUB",
                 "paymentMethod": "pm_card_ok",

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.fields import StrictCharField, StrictIntegerField, StrictSerializer
@@ -10,8 +11,8 @@ from operations.serializers import operation_path
 from orders.links import order_path, payment_path
 from orders.models import Order, OrderItem, Payment
 from orders.services import NewOrder, NewPayment, OrderLine
-
 from provider.gateway import get_gateway
+
 MAX_ITEMS = 100
 MAX_QTY = 1000
 
@@ -53,7 +54,7 @@ class OrderItemOutput(serializers.ModelSerializer):
 
 
 class OrderLinksOutput(serializers.Serializer):
-    self = serializers.CharField()
+    self = serializers.CharField(help_text="The order.")
 
 
 class OrderOutput(serializers.ModelSerializer):
@@ -83,6 +84,7 @@ class OrderOutput(serializers.ModelSerializer):
     def get_payments(self, order: Order) -> list[str]:
         return [payment.id for payment in order.payments.all()]
 
+    @extend_schema_field(OrderLinksOutput)
     def get_links(self, order: Order) -> dict[str, Any]:
         return {"self": order_path(order.id)}
 
@@ -100,8 +102,6 @@ class OrderCommandOutput(serializers.Serializer):
         return {"status": "succeeded", "order": order, "links": {"self": order_path(order.id)}}
 
 
-class CreatePaymentInput(StrictSerializer):
-    orderId = StrictCharField(max_length=32)  # noqa: N815
 class PaymentMethodField(serializers.ChoiceField):
     """One of the configured payment provider's methods: an enum in the schema.
 
@@ -125,6 +125,8 @@ class PaymentMethodField(serializers.ChoiceField):
         return data
 
 
+class CreatePaymentInput(StrictSerializer):
+    orderId = StrictCharField(max_length=32)  # noqa: N815
     amount = StrictIntegerField(min_value=1)
     currency = serializers.RegexField(
         r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code such as RUB."}
@@ -146,6 +148,11 @@ class PaymentMethodField(serializers.ChoiceField):
             currency=data["currency"],
             payment_method=data["paymentMethod"],
         )
+
+
+class PaymentLinksOutput(serializers.Serializer):
+    self = serializers.CharField(help_text="The payment.")
+    order = serializers.CharField(help_text="The order it pays.")
 
 
 class PaymentOutput(serializers.ModelSerializer):
@@ -172,13 +179,14 @@ class PaymentOutput(serializers.ModelSerializer):
     def get_failureCode(self, payment: Payment) -> str | None:  # noqa: N802
         return payment.failure_code or None
 
+    @extend_schema_field(PaymentLinksOutput)
     def get_links(self, payment: Payment) -> dict[str, str]:
         return {"self": payment_path(payment.id), "order": order_path(payment.order_id)}
 
 
 class AcceptedLinksOutput(serializers.Serializer):
-    self = serializers.CharField()
-    operation = serializers.CharField()
+    self = serializers.CharField(help_text="What the command is about: the payment, or the order.")
+    operation = serializers.CharField(help_text="The operation to poll.")
 
 
 class PaymentAcceptedOutput(serializers.Serializer):

@@ -14,7 +14,8 @@ from pytest_django import Settings
 from api.openapi import PYTHON_WHITESPACE
 
 COMMAND_METHODS = ("post", "put", "patch", "delete")
-PROBLEM_REF = "#/components/schemas/Problem"
+# Each problem response has its component (api.openapi.problem_responses).
+PROBLEM_REF = re.compile(r"#/components/schemas/\w+Problem")
 # Every URL a page names, whatever the attribute or script that names it.
 ABSOLUTE_URL = re.compile(r"""(?:https?:)?//([^/\s"'<>)]+)""", re.IGNORECASE)
 
@@ -80,7 +81,7 @@ def test_every_command_documents_its_errors_as_problems(
         content = operation["responses"][status]["content"]
 
         assert list(content) == ["application/problem+json"], (method, path, status)
-        assert content["application/problem+json"]["schema"] == {"$ref": PROBLEM_REF}
+        assert PROBLEM_REF.fullmatch(content["application/problem+json"]["schema"]["$ref"])
         assert len(content["application/problem+json"]["examples"]) == 1
 
 
@@ -104,11 +105,68 @@ def test_every_read_documents_401_and_404_or_for_a_list_400(schema: dict[str, An
     for path, method, operation in reads:
         for status in ("401", "404" if "{" in path else "400"):
             content = operation["responses"][status]["content"]
-            assert content["application/problem+json"]["schema"] == {"$ref": PROBLEM_REF}, (
-                method,
-                path,
-                status,
-            )
+            reference = content["application/problem+json"]["schema"]["$ref"]
+            assert PROBLEM_REF.fullmatch(reference), (method, path, status)
+
+
+def component(schema: dict[str, Any], reference: str) -> Any:
+    return schema["components"]["schemas"][reference.removeprefix("#/components/schemas/")]
+
+
+def test_each_problem_response_enumerates_the_codes_it_describes(schema: dict[str, Any]) -> None:
+    for path, method, operation in operations(schema, ("get", *COMMAND_METHODS)):
+        for status, response in operation["responses"].items():
+            if "application/problem+json" not in response.get("content", {}):
+                continue
+            problem = response["content"]["application/problem+json"]["schema"]["$ref"]
+            error = component(schema, problem)["properties"]["error"]
+            codes = component(schema, error["allOf"][0]["$ref"])["enum"]
+
+            described = re.findall(r"^- `(\w+)`", response["description"], re.MULTILINE)
+            assert codes == described, (method, path, status)
+
+
+def test_problem_details_are_typed_for_validation_and_key_conflicts(
+    schema: dict[str, Any],
+) -> None:
+    responses = schema["paths"]["/v1/payments"]["post"]["responses"]
+    invalid = responses["400"]["content"]["application/problem+json"]["schema"]["$ref"]
+    conflict = responses["409"]["content"]["application/problem+json"]["schema"]["$ref"]
+
+    field_errors = component(schema, invalid)["properties"]["details"]["allOf"][0]["$ref"]
+    key_conflict = component(schema, conflict)["properties"]["details"]["$ref"]
+    assert component(schema, field_errors)["additionalProperties"]["oneOf"] == [
+        {"type": "array", "items": {"type": "string"}},
+        {"$ref": field_errors},
+    ]
+    assert component(schema, key_conflict)["properties"]["mismatch"]["type"] == "array"
+
+
+def test_lists_document_integer_page_sizes_and_the_cursors_to_pass_back(
+    schema: dict[str, Any],
+) -> None:
+    listing = schema["paths"]["/v1/orders"]["get"]
+    parameters = {p["name"]: p for p in listing["parameters"] if p["in"] == "query"}
+    page = listing["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+
+    assert parameters["pageSize"]["schema"] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 200,
+        "default": 50,
+    }
+    assert parameters["cursor"]["schema"] == {"type": "string"}
+    assert {"nextCursor", "previousCursor"} <= set(component(schema, page)["required"])
+
+
+def test_every_links_member_is_a_named_component(schema: dict[str, Any]) -> None:
+    for name, body in schema["components"]["schemas"].items():
+        links = body.get("properties", {}).get("links")
+        if links is None:
+            continue
+
+        reference = links.get("$ref") or links["allOf"][0]["$ref"]
+        assert component(schema, reference)["properties"]["self"]["type"] == "string", name
 
 
 def test_every_operation_requires_the_bearer_token(schema: dict[str, Any]) -> None:
