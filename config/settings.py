@@ -218,6 +218,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # API_THROTTLE_RATE per principal, counted in the database so that every
+    # worker process shares it (api.throttling); unset, no throttle runs.
     "DEFAULT_THROTTLE_CLASSES": (
         ["api.throttling.PrincipalRateThrottle"] if env.str("API_THROTTLE_RATE", "") else []
     ),

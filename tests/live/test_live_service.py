@@ -130,7 +130,7 @@ def poll(service: LiveService, location: str, headers: dict) -> dict:
 
 @pytest.fixture
 def throttled_service(django_db_setup: None) -> Iterator[LiveService]:
-    with serve(suite_database_env(API_THROTTLE_RATE="3/min"), web_workers=1) as service:
+    with serve(suite_database_env(API_THROTTLE_RATE="3/day"), web_workers=1) as service:
         yield service
 
 
