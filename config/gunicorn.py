@@ -1,4 +1,10 @@
-"""gunicorn settings: ``gunicorn -c config/gunicorn.py config.wsgi:application``."""
+"""gunicorn settings: ``gunicorn -c config/gunicorn.py config.wsgi:application``.
+
+The plain ``gunicorn config.wsgi:application`` uses them too when it starts
+in the project's directory: gunicorn reads ./gunicorn.conf.py by itself,
+and that file loads this one. Options on the command line win over both
+(``-w 4``, ``-b``).
+"""
 
 import multiprocessing
 import os
@@ -43,7 +49,8 @@ errorlog = "-"
 
 # Each worker process keeps its own metrics; prometheus_client's
 # multiprocess mode adds them up at /metrics. The directory must exist and
-# be empty before the workers import the app.
+# be empty before the workers import the app. Set here, in the master, so
+# that every worker inherits it; one directory per server, removed on exit.
 if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="order-service-metrics-")
 

@@ -1,9 +1,13 @@
 """Prometheus metrics, served at ``/metrics``.
 
 With several gunicorn workers each process counts on its own; when
-``PROMETHEUS_MULTIPROC_DIR`` is set (config/gunicorn.py sets it) the
-processes write their samples there and ``/metrics`` adds them up, so a
-scrape sees the whole server, whichever worker answers it.
+``PROMETHEUS_MULTIPROC_DIR`` is set (config/gunicorn.py sets it, which
+gunicorn reads with ``-c`` or, started in the project's directory, through
+./gunicorn.conf.py) the processes write their samples there and
+``/metrics`` adds them up, so a scrape sees the whole server, whichever
+worker answers it. A server started without that configuration (elsewhere
+without ``-c``, or another WSGI server with several processes) answers each
+scrape with the counts of the one process that serves it.
 """
 
 import os
