@@ -4,11 +4,14 @@ Every case goes to gunicorn over HTTP, with a valid token, and is judged by
 every check schemathesis has (no server errors; status codes, content types,
 headers and bodies as documented; valid data accepted and invalid data
 refused; 405 for undocumented methods; 401 without the token).
+
+The configuration and hooks are schemathesis.toml's and
+tests/support/fuzz_hooks.py's, those of ``make fuzz`` against a running
+service: what passes here passes there. Only the number of examples is
+smaller here.
 """
 
 import io
-import re
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,16 +22,12 @@ from django.core.management import call_command
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import FlakyStrategyDefinition
-from rest_framework.exceptions import ValidationError
-from rest_framework.fields import Field
 
 from accounts.services import create_api_client
 from config.celery import app as celery_app
 from idempotency.models import IdempotencyKey
-from idempotency.schema import IDEMPOTENCY_KEY_PATTERN
-from orders.serializers import CreateOrderInput, OrderLineInput
 from tests.support.http import Api
-from tests.support.live import LiveService, serve, suite_database_env
+from tests.support.live import ROOT, LiveService, serve, suite_database_env
 
 # Enough to reach every branch of every operation's schema, and to keep this
 # module near half a minute on two cores (300 of each found nothing more).
@@ -55,55 +54,21 @@ def fuzz_service(
 
 
 @pytest.fixture
-def api_schema(fuzz_service: LiveService, transactional_db: None) -> Any:
+def api_schema(
+    fuzz_service: LiveService, transactional_db: None, monkeypatch: pytest.MonkeyPatch
+) -> Any:
     """The schema the service serves, with a token of a principal of its own."""
     # Committed, so that the service's own connections see them.
     call_command("seed_demo", stdout=io.StringIO())
-    token = create_api_client(tenant_slug="fuzz", name="fuzzer").token
-    config = schemathesis.Config.from_dict(
-        {
-            # Through the schema's own security scheme, so that schemathesis
-            # knows the token is valid and also tries requests without it.
-            "auth": {"openapi": {"bearerAuth": {"bearer": token}}},
-            "generation": {"max-examples": MAX_EXAMPLES},
-            "checks": {
-                # A well-formed request may still be refused by the business
-                # rules (an unknown SKU, another currency): 422 is such a
-                # refusal, documented per operation, not a rejected schema.
-                "positive_data_acceptance": {
-                    "expected-statuses": ["2xx", "401", "403", "404", "409", "422", "429"]
-                },
-            },
-        }
-    )
+    # schemathesis.toml reads the token from TOKEN, as `make fuzz` gives it.
+    monkeypatch.setenv("TOKEN", create_api_client(tenant_slug="fuzz", name="fuzzer").token)
+    # Loading it also loads the hooks it names (a fresh key per call...).
+    config = schemathesis.Config.from_path(ROOT / "schemathesis.toml")
+    config.projects.default.generation.update(max_examples=MAX_EXAMPLES)
     return schemathesis.openapi.from_url(fuzz_service.url("/v1/schema/"), config=config)
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
-
-
-def with_fresh_key(case: schemathesis.Case) -> None:
-    """A new key for every well-formed one, so each case is a new command.
-
-    Otherwise cases drawn with equal keys would replay, or conflict with,
-    each other. A malformed or missing key is left as drawn: it is the test.
-    """
-    if case.headers is None:
-        return
-    key = case.headers.get("Idempotency-Key")
-    if key is not None and re.fullmatch(IDEMPOTENCY_KEY_PATTERN, key):
-        case.headers["Idempotency-Key"] = str(uuid.uuid4())
-
-
-def without_drawn_cursors(case: schemathesis.Case) -> None:
-    """Leave ``cursor`` out: the service signs its cursors, so none drawn is valid.
-
-    The schema cannot say which strings are signed, and every drawn cursor is
-    rightly refused (400), which the check for accepted valid data would
-    report. tests/hostile/test_list_queries.py tests cursors on their own.
-    """
-    if case.query:
-        case.query.pop("cursor", None)
 
 
 @schema.parametrize()
@@ -116,55 +81,13 @@ def without_drawn_cursors(case: schemathesis.Case) -> None:
 )
 def test_every_operation_keeps_its_schema(case: schemathesis.Case) -> None:
     """Each operation alone: its examples, boundary values and random requests."""
-    with_fresh_key(case)
-    without_drawn_cursors(case)
-
     case.call_and_validate(timeout=30)
-
-
-def with_catalog_skus(case: schemathesis.Case) -> None:
-    """Orders of the demo catalog, so that workflows get past placing one.
-
-    Drawn SKUs are almost never in the catalog. Each valid one becomes a RUB
-    item, picked by its length; in one order in four a valid currency becomes
-    USD, to meet ``CurrencyMismatch`` too. Invalid values are left alone: a
-    negative case must stay as invalid as it was drawn, or the service would
-    rightly accept what schemathesis expects it to refuse.
-    """
-    body = case.body
-    if case.operation.label != "POST /v1/orders" or not isinstance(body, dict):
-        return
-    items = body.get("items")
-    for item in items if isinstance(items, list) else []:
-        sku = item.get("sku") if isinstance(item, dict) else None
-        if isinstance(item, dict) and isinstance(sku, str) and _valid(_SKU, sku):
-            item["sku"] = ("ABC", "XYZ")[len(sku) % 2]
-    customer = body.get("customerId")
-    if isinstance(customer, str) and _valid(_CURRENCY, body.get("currency")):
-        body["currency"] = "USD" if len(customer) % 4 == 0 else "RUB"
-
-
-_SKU = OrderLineInput().fields["sku"]
-_CURRENCY = CreateOrderInput().fields["currency"]
-
-
-def _valid(field: Field, value: Any) -> bool:
-    try:
-        field.run_validation(value)
-    except ValidationError:
-        return False
-    return True
 
 
 def test_workflows_keep_the_schema(api_schema: Any) -> None:
     """Chains that follow the schema's links: place, pay, poll, read and cancel orders."""
 
     class Workflows(api_schema.as_state_machine()):  # type: ignore[misc]
-        def before_call(self, case: schemathesis.Case) -> None:
-            with_fresh_key(case)
-            without_drawn_cursors(case)
-            with_catalog_skus(case)
-
         def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
             return {"timeout": 30}
 
