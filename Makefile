@@ -1,24 +1,38 @@
 # The two commands of the README: `make run` and `make test`.
 # Both create .venv and install the locked dependencies when needed.
 
+# Any Python from 3.11 to 3.13: `make run PYTHON=python3.13`.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 PORT ?= 8000
+# Where `make run` keeps its database, task queue and secret key.
+VAR_DIR ?= var
 PACKAGES := config api observability accounts idempotency operations provider orders
 
 # Tests run on PostgreSQL and a real broker; these default to the local servers.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-dev run test lint fmt lock bench clean
+.PHONY: install install-dev run test lint fmt lock bench fuzz clean FORCE
 
-$(PY):
-	$(PYTHON) -m venv $(VENV)
+# The venv remembers the interpreter that made it (.venv/.python). Made by
+# another one, or left half-made by a failed attempt, it is removed and made
+# again: a venv is never repaired in place. An unsupported Python stops here,
+# before anything is installed.
+$(VENV)/.python: FORCE
+	@made_by="$$($(PYTHON) -c 'import sys; print(sys.version.split()[0], sys.base_prefix)')" \
+	   || { echo "make: PYTHON=$(PYTHON) does not run; pass PYTHON=python3.11 (to 3.13)" >&2; exit 1; }; \
+	 $(PYTHON) -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' \
+	   || { echo "make: the service needs Python 3.11 to 3.13, and PYTHON=$(PYTHON) is $$made_by;" \
+	          "pass PYTHON=python3.12 (or another)" >&2; exit 1; }; \
+	 if [ "$$(cat $@ 2>/dev/null)" != "$$made_by" ]; then \
+	   rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && echo "$$made_by" > $@; \
+	 fi
+
+$(VENV)/.runtime: requirements.lock pyproject.toml $(VENV)/.python
 	$(PY) -m pip install --quiet --upgrade pip
-
-$(VENV)/.runtime: requirements.lock pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -r requirements.lock
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
@@ -31,26 +45,41 @@ install: $(VENV)/.runtime
 
 install-dev: $(VENV)/.dev
 
-## run: the service on the embedded default (SQLite file + SQLite broker in var/),
-## with a Celery worker and beat beside gunicorn. Ctrl-C stops all three.
+## run: the service on the embedded default (SQLite file + SQLite broker in
+## $(VAR_DIR)/), with a Celery worker and beat beside gunicorn, on $(PORT).
+## Each run issues a new demo token and revokes the previous one.
+##
+## gunicorn and the worker run as jobs of their own (set -m), out of reach of
+## the terminal's Ctrl-C: a non-interactive shell would start them with SIGINT
+## ignored, and the worker would take a second signal as an order to shut down
+## cold. The shell catches Ctrl-C (or SIGTERM, SIGHUP), sends each of them one
+## SIGTERM (a warm shutdown for the worker, a graceful one for gunicorn) and
+## waits for both.
+run: SHELL := /bin/bash
 run: install
-	@mkdir -p var
-	@$(PY) manage.py migrate --noinput -v0
-	@$(PY) manage.py seed_demo
-	@$(PY) manage.py collectstatic --noinput -v0
-	@token=$$($(PY) manage.py create_api_client demo demo 2>/dev/null | tail -n 1); \
-	 trap 'trap - INT TERM EXIT; kill 0' INT TERM EXIT; \
-	 $(BIN)/celery -A config worker --beat --pool=solo --loglevel=INFO \
-	   --schedule=var/celerybeat-schedule & \
-	 printf '\nOrder service on http://127.0.0.1:$(PORT) (docs: /docs/)\n'; \
-	 printf 'Demo API token: %s\n\n' "$$token"; \
+	@export VAR_DIR="$(abspath $(VAR_DIR))"; \
+	 mkdir -p "$$VAR_DIR" \
+	 && $(PY) manage.py migrate --noinput -v0 \
+	 && $(PY) manage.py seed_demo \
+	 && $(PY) manage.py collectstatic --noinput -v0 \
+	 && token=$$($(PY) manage.py create_api_client demo demo --revoke-earlier 2>/dev/null \
+	              | tail -n 1) \
+	 || exit 1; \
+	 set -m; \
+	 $(BIN)/celery -A config worker --beat --pool=solo --loglevel=INFO & worker=$$!; \
+	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
+	   $(BIN)/gunicorn -c config/gunicorn.py config.wsgi:application & web=$$!; \
+	 trap 'kill -TERM $$worker $$web 2>/dev/null; wait' INT TERM HUP; \
+	 printf '\nOrder service on http://127.0.0.1:$(PORT) (docs: /docs/); Ctrl-C stops it.\n'; \
+	 printf 'Demo API token (the previous one is revoked): %s\n\n' "$$token"; \
 	 printf 'curl -si http://127.0.0.1:$(PORT)/v1/orders \\\n'; \
 	 printf '  -H "Authorization: Bearer %s" \\\n' "$$token"; \
 	 printf '  -H "Idempotency-Key: $$(python3 -c %s)" \\\n' "'import uuid; print(uuid.uuid4())'"; \
 	 printf '  -H "Content-Type: application/json" \\\n'; \
 	 printf '  -d %s\n\n' "'{\"customerId\": \"c-1\", \"items\": [{\"sku\": \"ABC\", \"qty\": 2}], \"currency\": \"RUB\"}'"; \
-	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
-	   $(BIN)/gunicorn -c config/gunicorn.py config.wsgi:application
+	 wait $$web; status=$$?; \
+	 kill -TERM $$worker 2>/dev/null; wait $$worker; \
+	 exit $$status
 
 ## test: lint and type-check, then the whole suite on PostgreSQL and Redis.
 test: install-dev
@@ -66,6 +95,13 @@ test: install-dev
 bench: install-dev
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench
 
+## fuzz: schemathesis against a running service (such as `make run`'s), with an
+## API token: make fuzz TOKEN=osk_… [BASE_URL=http://127.0.0.1:8000].
+## schemathesis.toml holds its configuration and names its hooks.
+fuzz: install-dev
+	@test -n "$(TOKEN)" || { echo 'make fuzz needs TOKEN=<API token> (make run prints one)' >&2; exit 2; }
+	@TOKEN='$(TOKEN)' $(BIN)/schemathesis run $(or $(BASE_URL),http://127.0.0.1:$(PORT))/v1/schema/
+
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -76,11 +112,15 @@ fmt: install-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-## lock: re-resolve requirements*.lock from pyproject.toml.
+## lock: re-resolve requirements*.lock from pyproject.toml: one lock for every
+## supported Python (markers where they differ), naming no package index.
 lock: install-dev
 	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip compile pyproject.toml --python-version 3.11 -o requirements.lock
-	$(BIN)/uv pip compile pyproject.toml --group dev --python-version 3.11 -o requirements-dev.lock
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --group dev --universal --python-version 3.11 \
+	  -o requirements-dev.lock
 
 clean:
-	rm -rf $(VENV) var staticfiles
+	rm -rf $(VENV) $(VAR_DIR) staticfiles
+
+FORCE:

@@ -81,3 +81,39 @@ def test_the_configuration_table_gives_the_defaults(defaults: dict[str, Any]) ->
 
         assert row is not None, f"{name} has no row in the README's configuration table"
         assert row.group(1) == f"{value:g}", name
+
+
+def test_every_manage_py_command_the_readme_names_exists() -> None:
+    named = set(re.findall(r"manage\.py (\w+)", README))
+    listed = subprocess.run(
+        [sys.executable, "manage.py", "help", "--commands"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+
+    assert named, "the README names no manage.py command"
+    assert named <= set(listed)
+
+
+def test_the_readmes_manage_py_lines_run_as_printed(tmp_path: Path) -> None:
+    # Lines of the README's sh blocks, as a reader pastes them into a fresh
+    # clone where `make run` made .venv: with the embedded default database.
+    blocks = re.findall(r"^```sh\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+    lines = [
+        line
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith(".venv/bin/python manage.py ")
+    ]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "VAR_DIR": str(tmp_path)}
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True
+    )
+
+    assert lines, "the README shows no manage.py line to run"
+    for line in lines:
+        argv = [sys.executable, *line.split()[1:]]
+        result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, f"{line}\n{result.stderr[-2000:]}"

@@ -1,0 +1,147 @@
+"""`make run` as a new user meets it: it serves, and Ctrl-C stops it cleanly.
+
+The README promises that `make run` needs no server, prints a token that
+works, and that Ctrl-C stops gunicorn, the worker and beat once each, in a
+few seconds. A shell recipe that re-signals its own process group turned
+one Ctrl-C into thousands of "Warm shutdown" lines and a crash, and a
+worker still booting ignored Ctrl-C and kept `make` waiting forever; this
+test drives the real recipe, on the embedded default, as a terminal does.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.http import ORDER
+from tests.support.live import BIN, ROOT, LiveService, base_env, free_port
+
+MAKE = shutil.which("make") or "make"
+STARTED_WITHIN_S = 120
+STOPPED_WITHIN_S = 10
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            if marker.encode() in environ.split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def var_dir(tmp_path: Path) -> Iterator[Path]:
+    var_dir = tmp_path / "var"
+    yield var_dir
+    # Whatever the test's outcome, nothing it started outlives it.
+    for pid in _processes_with(f"VAR_DIR={var_dir}"):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _wait_until_ready(service: LiveService, make: subprocess.Popen[str], log: Path) -> None:
+    # The port opens when gunicorn is ready; there is no event to wait on.
+    deadline = time.monotonic() + STARTED_WITHIN_S
+    while time.monotonic() < deadline:
+        assert make.poll() is None, log.read_text()[-3000:]
+        try:
+            if requests.get(service.url("/readyz"), timeout=5).status_code == 200:
+                return
+        except (requests.ConnectionError, requests.Timeout):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"make run did not become ready\n{log.read_text()[-3000:]}")
+
+
+def test_make_run_serves_and_ctrl_c_stops_everything_once(var_dir: Path, tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "make-run.log"
+    with log.open("w") as output:
+        make = subprocess.Popen(
+            # The venv this suite runs in, which `make test` made: -o keeps
+            # make from checking or rebuilding it.
+            [
+                MAKE,
+                "-o",
+                "install",
+                "run",
+                f"PORT={port}",
+                f"VAR_DIR={var_dir}",
+                f"VENV={BIN.parent}",
+                f"PYTHON={sys.executable}",
+            ],
+            cwd=ROOT,
+            env=base_env(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            # Its own process group, as a terminal's foreground job.
+            start_new_session=True,
+        )
+    try:
+        service = LiveService(base_url=f"http://127.0.0.1:{port}")
+        _wait_until_ready(service, make, log)
+        printed = re.search(r"Demo API token[^:]*: (\S+)", log.read_text())
+        assert printed is not None, log.read_text()
+        headers = {"Authorization": f"Bearer {printed.group(1)}"}
+
+        created = requests.post(
+            service.url("/v1/orders"),
+            json=ORDER,
+            headers={**headers, "Idempotency-Key": str(uuid.uuid4())},
+            timeout=10,
+        )
+        assert created.status_code == 201, created.text
+        paid = requests.post(
+            service.url("/v1/payments"),
+            json={
+                "orderId": created.json()["orderId"],
+                "amount": 3980,
+                "currency": "RUB",
+                "paymentMethod": "pm_card_ok",
+            },
+            headers={**headers, "Idempotency-Key": str(uuid.uuid4())},
+            timeout=10,
+        )
+        assert paid.status_code == 202, paid.text
+        # The worker that make run started charges it.
+        operation = service.url(paid.headers["Location"])
+        deadline = time.monotonic() + 30
+        while requests.get(operation, headers=headers, timeout=5).json()["status"] != "succeeded":
+            assert time.monotonic() < deadline, "the payment never succeeded"
+            time.sleep(0.1)
+
+        started = time.monotonic()
+        # Ctrl-C: SIGINT to the terminal's whole foreground group.
+        os.killpg(make.pid, signal.SIGINT)
+        make.wait(timeout=STOPPED_WITHIN_S * 3)
+        stopped_after = time.monotonic() - started
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+    output_text = log.read_text()
+
+    # make passes the interrupt on as it came: the shell's "killed by SIGINT".
+    assert make.returncode == -signal.SIGINT, output_text[-3000:]
+    assert stopped_after < STOPPED_WITHIN_S, output_text[-3000:]
+    assert "Traceback" not in output_text
+    assert output_text.count("Warm shutdown") == 1, output_text[-3000:]
+    assert output_text.count("beat: Shutting down") == 1, output_text[-3000:]
+    assert output_text.count("Shutting down: Master") == 1, output_text[-3000:]
+    assert "cold shutdown" not in output_text.lower()
+    assert "SIGKILL" not in output_text
+    assert _processes_with(f"VAR_DIR={var_dir}") == []
