@@ -19,12 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 
 from accounts.services import create_api_client
-from config.celery import app as celery_app
-from tests.support.live import BIN, LiveService, serve, suite_database_env
+from tests.support.live import BIN, LiveService, serve_with_worker
 
 # The generator's post-processing hooks (ruff check and format) only tidy the
 # output; without them the test needs no formatter on PATH.
@@ -35,14 +33,7 @@ GENERATOR_CONFIG = "post_hooks: []\n"
 def client_service(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveService]:
-    env = suite_database_env(
-        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
-        VAR_DIR=str(tmp_path_factory.mktemp("var")),
-        DEBUG="0",
-    )
-    # Messages of earlier runs name operations that no longer exist.
-    celery_app.control.purge()
-    with serve(env, web_workers=2, celery=True) as service:
+    with serve_with_worker(tmp_path_factory.mktemp("var")) as service:
         yield service
 
 

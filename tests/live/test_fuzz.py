@@ -17,17 +17,15 @@ from typing import Any
 
 import pytest
 import schemathesis
-from django.conf import settings
 from django.core.management import call_command
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import FlakyStrategyDefinition
 
 from accounts.services import create_api_client
-from config.celery import app as celery_app
 from idempotency.models import IdempotencyKey
 from tests.support.http import Api
-from tests.support.live import ROOT, LiveService, serve, suite_database_env
+from tests.support.live import ROOT, LiveService, serve_with_worker
 
 # Enough to reach every branch of every operation's schema, and to keep this
 # module near half a minute on two cores (300 of each found nothing more).
@@ -41,15 +39,8 @@ MAX_WORKFLOW_RUNS = 3
 def fuzz_service(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveService]:
-    env = suite_database_env(
-        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
-        VAR_DIR=str(tmp_path_factory.mktemp("var")),
-        DEBUG="0",
-    )
-    # Messages of earlier runs name operations that no longer exist.
-    celery_app.control.purge()
     # With a worker, payments complete: workflows go on to refunds.
-    with serve(env, web_workers=2, celery=True) as service:
+    with serve_with_worker(tmp_path_factory.mktemp("var")) as service:
         yield service
 
 

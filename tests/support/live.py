@@ -140,3 +140,22 @@ def suite_database_env(**overrides: str) -> dict[str, str]:
     from django.conf import settings
 
     return base_env(DATABASE_URL=suite_database_url(), SECRET_KEY=settings.SECRET_KEY, **overrides)
+
+
+@contextmanager
+def serve_with_worker(var_dir: Path) -> Iterator[LiveService]:
+    """gunicorn (two workers) and a Celery worker on the suite's database and broker.
+
+    The queue is emptied first: messages of earlier runs name operations
+    that no longer exist.
+    """
+    from django.conf import settings
+
+    from config.celery import app
+
+    env = suite_database_env(
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL, VAR_DIR=str(var_dir), DEBUG="0"
+    )
+    app.control.purge()
+    with serve(env, web_workers=2, celery=True) as service:
+        yield service
