@@ -49,12 +49,12 @@ install-dev: $(VENV)/.dev
 ## $(VAR_DIR)/), with a Celery worker and beat beside gunicorn, on $(PORT).
 ## Each run issues a new demo token and revokes the previous one.
 ##
-## gunicorn and the worker run as jobs of their own (set -m), out of reach of
-## the terminal's Ctrl-C: a non-interactive shell would start them with SIGINT
-## ignored, and the worker would take a second signal as an order to shut down
-## cold. The shell catches Ctrl-C (or SIGTERM, SIGHUP), sends each of them one
-## SIGTERM (a warm shutdown for the worker, a graceful one for gunicorn) and
-## waits for both.
+## gunicorn and the worker run in process groups of their own (bash's set -m
+## while they start), out of reach of the terminal's Ctrl-C: a non-interactive
+## shell would start them with SIGINT ignored, and the worker would take a
+## second signal as an order to shut down cold. The shell catches Ctrl-C (or
+## SIGTERM, SIGHUP), sends each of them one SIGTERM (a warm shutdown for the
+## worker, a graceful one for gunicorn) and waits for both.
 run: SHELL := /bin/bash
 run: install
 	@export VAR_DIR="$(abspath $(VAR_DIR))"; \
@@ -69,6 +69,7 @@ run: install
 	 $(BIN)/celery -A config worker --beat --pool=solo --loglevel=INFO & worker=$$!; \
 	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
 	   $(BIN)/gunicorn -c config/gunicorn.py config.wsgi:application & web=$$!; \
+	 set +m; \
 	 trap 'kill -TERM $$worker $$web 2>/dev/null; wait' INT TERM HUP; \
 	 printf '\nOrder service on http://127.0.0.1:$(PORT) (docs: /docs/); Ctrl-C stops it.\n'; \
 	 printf 'Demo API token (the previous one is revoked): %s\n\n' "$$token"; \
@@ -78,7 +79,7 @@ run: install
 	 printf '  -H "Content-Type: application/json" \\\n'; \
 	 printf '  -d %s\n\n' "'{\"customerId\": \"c-1\", \"items\": [{\"sku\": \"ABC\", \"qty\": 2}], \"currency\": \"RUB\"}'"; \
 	 wait $$web; status=$$?; \
-	 kill -TERM $$worker 2>/dev/null; wait $$worker; \
+	 kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null; \
 	 exit $$status
 
 ## test: lint and type-check, then the whole suite on PostgreSQL and Redis.

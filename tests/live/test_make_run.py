@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -67,7 +67,22 @@ def _wait_until_ready(service: LiveService, make: subprocess.Popen[str], log: Pa
     raise AssertionError(f"make run did not become ready\n{log.read_text()[-3000:]}")
 
 
-def test_make_run_serves_and_ctrl_c_stops_everything_once(var_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stop", "stopped_by"),
+    [
+        # Ctrl-C: SIGINT to the terminal's whole foreground group.
+        (lambda make: os.killpg(make.pid, signal.SIGINT), signal.SIGINT),
+        # A supervisor's SIGTERM to make alone, which passes it on.
+        (lambda make: make.terminate(), signal.SIGTERM),
+    ],
+    ids=["ctrl-c", "sigterm-to-make"],
+)
+def test_make_run_serves_and_stops_everything_once(
+    stop: Callable[[subprocess.Popen[str]], None],
+    stopped_by: signal.Signals,
+    var_dir: Path,
+    tmp_path: Path,
+) -> None:
     port = free_port()
     log = tmp_path / "make-run.log"
     with log.open("w") as output:
@@ -126,8 +141,7 @@ def test_make_run_serves_and_ctrl_c_stops_everything_once(var_dir: Path, tmp_pat
             time.sleep(0.1)
 
         started = time.monotonic()
-        # Ctrl-C: SIGINT to the terminal's whole foreground group.
-        os.killpg(make.pid, signal.SIGINT)
+        stop(make)
         make.wait(timeout=STOPPED_WITHIN_S * 3)
         stopped_after = time.monotonic() - started
     finally:
@@ -135,8 +149,8 @@ def test_make_run_serves_and_ctrl_c_stops_everything_once(var_dir: Path, tmp_pat
             os.killpg(make.pid, signal.SIGKILL)
     output_text = log.read_text()
 
-    # make passes the interrupt on as it came: the shell's "killed by SIGINT".
-    assert make.returncode == -signal.SIGINT, output_text[-3000:]
+    # make ends by the signal it was sent, as a shell expects of it.
+    assert make.returncode == -stopped_by, output_text[-3000:]
     assert stopped_after < STOPPED_WITHIN_S, output_text[-3000:]
     assert "Traceback" not in output_text
     assert output_text.count("Warm shutdown") == 1, output_text[-3000:]
@@ -144,4 +158,7 @@ def test_make_run_serves_and_ctrl_c_stops_everything_once(var_dir: Path, tmp_pat
     assert output_text.count("Shutting down: Master") == 1, output_text[-3000:]
     assert "cold shutdown" not in output_text.lower()
     assert "SIGKILL" not in output_text
+    # Nothing from the recipe's shell itself (job notices, wait's complaints).
+    assert "bash:" not in output_text
+    assert "Done" not in output_text
     assert _processes_with(f"VAR_DIR={var_dir}") == []
