@@ -28,8 +28,14 @@ import requests
 
 from accounts.services import create_api_client
 from api.gunicorn_worker import ProblemJsonThreadWorker
-from tests.support.live import BIN, ROOT, LiveService, free_port, suite_database_env
-from tests.support.live import _wait_until_healthy as wait_until_healthy
+from tests.support.live import (
+    BIN,
+    ROOT,
+    LiveService,
+    free_port,
+    suite_database_env,
+    wait_until_healthy,
+)
 
 # Well under gunicorn's graceful_timeout (30 s), after which the arbiter
 # would kill a stuck worker anyway.

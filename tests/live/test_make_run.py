@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from tests.support.http import ORDER
-from tests.support.live import BIN, ROOT, LiveService, base_env, free_port
+from tests.support.live import BIN, ROOT, LiveService, base_env, free_port, wait_until_healthy
 
 MAKE = shutil.which("make") or "make"
 STARTED_WITHIN_S = 120
@@ -51,20 +51,6 @@ def var_dir(tmp_path: Path) -> Iterator[Path]:
     # Whatever the test's outcome, nothing it started outlives it.
     for pid in _processes_with(f"VAR_DIR={var_dir}"):
         os.kill(pid, signal.SIGKILL)
-
-
-def _wait_until_ready(service: LiveService, make: subprocess.Popen[str], log: Path) -> None:
-    # The port opens when gunicorn is ready; there is no event to wait on.
-    deadline = time.monotonic() + STARTED_WITHIN_S
-    while time.monotonic() < deadline:
-        assert make.poll() is None, log.read_text()[-3000:]
-        try:
-            if requests.get(service.url("/readyz"), timeout=5).status_code == 200:
-                return
-        except (requests.ConnectionError, requests.Timeout):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"make run did not become ready\n{log.read_text()[-3000:]}")
 
 
 @pytest.mark.parametrize(
@@ -109,7 +95,11 @@ def test_make_run_serves_and_stops_everything_once(
         )
     try:
         service = LiveService(base_url=f"http://127.0.0.1:{port}")
-        _wait_until_ready(service, make, log)
+        try:
+            # Migrations, the demo data and static files come first.
+            wait_until_healthy(service, [make], within_s=STARTED_WITHIN_S)
+        except AssertionError as failed:
+            raise AssertionError(log.read_text()[-3000:]) from failed
         printed = re.search(r"Demo API token[^:]*: (\S+)", log.read_text())
         assert printed is not None, log.read_text()
         headers = {"Authorization": f"Bearer {printed.group(1)}"}

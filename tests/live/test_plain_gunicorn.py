@@ -26,8 +26,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.models import RateLimitWindow
 from tests.support.http import ORDER, Api
-from tests.support.live import BIN, ROOT, LiveService, free_port, suite_database_env
-from tests.support.live import _wait_until_healthy as wait_until_healthy
+from tests.support.live import (
+    BIN,
+    ROOT,
+    LiveService,
+    free_port,
+    stop,
+    suite_database_env,
+    wait_until_healthy,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,12 +74,7 @@ def plain_gunicorn(env: dict[str, str], tmp_path: Path) -> Iterator[LiveService]
         _wait_until_every_worker_serves(service, tmp_path)
         yield service
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop([server])
 
 
 def _wait_until_every_worker_serves(service: LiveService, tmp_path: Path) -> None:

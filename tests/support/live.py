@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -95,22 +96,18 @@ def serve(
         )
     try:
         service = LiveService(base_url=f"http://127.0.0.1:{port}")
-        _wait_until_healthy(service, processes)
+        wait_until_healthy(service, processes)
         yield service
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(processes)
 
 
-def _wait_until_healthy(service: LiveService, processes: list[subprocess.Popen]) -> None:
+def wait_until_healthy(
+    service: LiveService, processes: Sequence[subprocess.Popen[Any]], *, within_s: float = 30
+) -> None:
+    """Until the service answers ``/healthz``; fails at once if one of ``processes`` exits."""
     # The port opens when gunicorn is ready; there is no event to wait on.
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         assert all(p.poll() is None for p in processes), "a service process exited"
         try:
@@ -119,6 +116,18 @@ def _wait_until_healthy(service: LiveService, processes: list[subprocess.Popen])
         except (requests.ConnectionError, requests.Timeout):
             time.sleep(0.05)
     raise AssertionError("the service did not become healthy")
+
+
+def stop(processes: Sequence[subprocess.Popen[Any]]) -> None:
+    """SIGTERM to each, then each waited for; one still running after 20 s is killed."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def base_env(**overrides: str) -> dict[str, str]:
