@@ -6,17 +6,21 @@ the members the contract names: ``error`` (a stable PascalCase code),
 where useful, ``details``. Domain errors subclass :class:`ApplicationError`
 next to the service that raises them; DRF's and Django's own exceptions are
 translated here, and anything unexpected becomes ``500 InternalError``
-without a trace of the code that failed.
+without a trace of the code that failed. A database that is down or broke
+off the request's transaction is not a bug: ``503 ServiceUnavailable``,
+with ``Retry-After`` (:func:`database_unavailable`).
 """
 
 import logging
+import sys
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions as drf
 from rest_framework.serializers import as_serializer_error
@@ -104,6 +108,42 @@ class InternalError(ApplicationError):
     )
 
 
+# Retry-After of 503 ServiceUnavailable, in whole seconds (the header's
+# unit). A deadlock, serialization failure or lock wait clears at once, and
+# a restart or failover of PostgreSQL takes a few seconds: two seconds lets
+# a retry succeed in the common cases without every client of a struggling
+# database coming back at once; a client that still gets 503 waits again.
+DATABASE_RETRY_AFTER_SECONDS = 2
+
+
+class ServiceUnavailable(ApplicationError):
+    status_code = 503
+    code = "ServiceUnavailable"
+    title = "Service unavailable"
+    default_message = (
+        "The service's database is not available just now, so the request was not "
+        "carried out. Retry it after the number of seconds in Retry-After."
+    )
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("headers", {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
+        super().__init__(message, **kwargs)
+
+
+def database_unavailable(
+    exc: BaseException | None,
+) -> TypeGuard[OperationalError | InterfaceError]:
+    """Whether ``exc`` is the database failing under a request rather than a bug.
+
+    Django's ``OperationalError`` and ``InterfaceError``: connection refused
+    or lost, the server shutting down, a deadlock, a serialization failure,
+    a lock wait or statement cut short by its timeout. The other database
+    errors (``IntegrityError``, ``DataError``, ``ProgrammingError``) are bugs
+    of ours: ``500 InternalError``.
+    """
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
 # DRF's exceptions, by class, to the contract's codes. Order matters where
 # one class derives from another.
 _DRF_CODES: list[tuple[type[drf.APIException], str, str]] = [
@@ -173,6 +213,17 @@ def render_exception(exc: BaseException) -> HttpResponse:
     if isinstance(exc, drf.APIException):
         return _render_api_exception(exc)
 
+    if database_unavailable(exc):
+        # Not a bug: one warning per request, with the exception for
+        # operators, rather than an error with a traceback for every request
+        # of an outage. Django would log each 5xx answer once more as an
+        # error (django.utils.log.log_response); this is its mark of a
+        # response logged already.
+        logger.warning("Database unavailable; answered 503", exc_info=exc)
+        response = render_exception(ServiceUnavailable())
+        response._has_been_logged = True  # type: ignore[attr-defined]
+        return response
+
     logger.exception("Unhandled error", exc_info=exc)
     return render_exception(InternalError())
 
@@ -231,4 +282,11 @@ def page_not_found(request: HttpRequest, exception: Exception | None = None) -> 
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # Django calls this while it handles the exception, which it does not
+    # pass; a database failure in a view is answered before it gets here
+    # (RequestContextMiddleware.process_exception), but one in a middleware
+    # (a session saved after the view) arrives here, and is a 503 too.
+    exc = sys.exception()
+    if database_unavailable(exc):
+        return render_exception(exc)
     return render_exception(InternalError())

@@ -9,9 +9,10 @@ from typing import Any
 import structlog
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.utils.functional import LazyObject, empty
 from rest_framework.exceptions import ParseError
 
-from api.errors import LengthRequired, PayloadTooLarge, render_exception
+from api.errors import LengthRequired, PayloadTooLarge, database_unavailable, render_exception
 from observability.metrics import HTTP_DURATION, HTTP_REQUESTS
 from observability.tracing import bind_trace_id, new_trace_id, reset_trace_id
 
@@ -32,6 +33,10 @@ class RequestContextMiddleware:
     ``traceId`` of errors and of every log line written while serving the
     request; the idempotency layer adds the command and its outcome to the
     same context, so the one line per request carries them.
+
+    It also answers a database failure under any view, DRF's or Django's
+    own (the admin), as ``503 ServiceUnavailable``: Django's handler500 is
+    not told the exception. DRF views answer theirs in api.errors already.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -53,6 +58,11 @@ class RequestContextMiddleware:
             reset_trace_id(token)
             structlog.contextvars.clear_contextvars()
 
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if database_unavailable(exception):
+            return render_exception(exception)
+        return None
+
     @staticmethod
     def _record(request: HttpRequest, response: HttpResponse, seconds: float) -> None:
         match = request.resolver_match
@@ -64,6 +74,11 @@ class RequestContextMiddleware:
         HTTP_REQUESTS.labels(method, route, response.status_code).inc()
         HTTP_DURATION.labels(method, route).observe(seconds)
         principal = getattr(request, "user", None)
+        if isinstance(principal, LazyObject) and getattr(principal, "_wrapped", None) is empty:
+            # Django's user (the admin's), which no view looked up: looking it
+            # up for the log line would read the session and the user from
+            # the database, and fail again if the database just failed.
+            principal = None
         logger.info(
             "request",
             method=request.method,

@@ -10,7 +10,7 @@
   whose ``error`` enumerates its codes and whose ``details`` are typed, so
   that a generated client gets real types.
 - :func:`read_schema` decorates a read with everything the API promises of
-  every read (``401``, ``406``, ``429``, ``500``, ``X-Request-ID``), so no
+  every read (``401``, ``406``, ``429``, ``500``, ``503``, ``X-Request-ID``), so no
   endpoint can forget one; commands add the idempotency layer's part
   (idempotency/schema.py).
 - The post-processing hooks name path parameters in camelCase, mark every
@@ -42,7 +42,15 @@ from drf_spectacular.utils import (
 from rest_framework import exceptions as drf
 from rest_framework import serializers
 
-from api.errors import InternalError, NotFound, PayloadTooLarge, body_limit_text, render_exception
+from api.errors import (
+    DATABASE_RETRY_AFTER_SECONDS,
+    InternalError,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    body_limit_text,
+    render_exception,
+)
 from api.pagination import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -259,6 +267,12 @@ THROTTLED = Refusal(
     "`API_THROTTLE_RATE` (off by default). Not stored.",
 )
 INTERNAL_ERROR = Refusal(InternalError(), "the service failed; quote the `traceId`.")
+SERVICE_UNAVAILABLE = Refusal(
+    ServiceUnavailable(),
+    "the service's database was unreachable or failed under the request (connection lost, "
+    "deadlock, serialization failure, a lock wait timed out). Nothing was done; retry after "
+    f"`Retry-After` seconds ({DATABASE_RETRY_AFTER_SECONDS}).",
+)
 
 
 FIELD_ERRORS: Mapping[str, Member] = {
@@ -323,7 +337,8 @@ def retry_after_header(statuses: Sequence[int]) -> OpenApiParameter:
         type=int,
         description=(
             "Seconds to wait before asking again: while an operation is processing (202 "
-            "and the operation), for `IdempotencyKeyInProgress` (409) and `Throttled` (429)."
+            "and the operation), for `IdempotencyKeyInProgress` (409), `Throttled` (429) "
+            "and `ServiceUnavailable` (503)."
         ),
     )
 
@@ -521,6 +536,7 @@ def read_schema(
         NOT_ACCEPTABLE,
         THROTTLED,
         INTERNAL_ERROR,
+        SERVICE_UNAVAILABLE,
     ]
     problems = problem_responses(every_refusal, operation_id=operation_id, own=refusals)
     return extend_schema(
@@ -533,7 +549,7 @@ def read_schema(
             *parameters,
             REQUEST_ID,
             WWW_AUTHENTICATE,
-            retry_after_header([200, 429] if retry_after else [429]),
+            retry_after_header([200, 429, 503] if retry_after else [429, 503]),
         ],
     )
 

@@ -20,7 +20,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 
-from api.errors import InternalError
+from api.errors import DATABASE_RETRY_AFTER_SECONDS, InternalError, ServiceUnavailable
 from api.openapi import (
     AUTHENTICATION_FAILED,
     MALFORMED_JSON,
@@ -74,7 +74,9 @@ def policy_markdown() -> str:
         "`409 IdempotencyKeyInProgress` with `Retry-After`.\n"
         "- **Not stored**: requests refused before the command starts (authentication, "
         "a missing or malformed key, malformed JSON, media type, size) store nothing; fix "
-        "the request and retry with the same key.\n"
+        "the request and retry with the same key. Nor does a command under which the "
+        "database failed (`503 ServiceUnavailable`, with `Retry-After`): nothing of it "
+        "committed, and a retry with the same key executes it once.\n"
         "- **Retention**: a completed key is kept for " + policy.retention_phrase() + ", "
         "then purged; afterwards the same key is a new key."
     )
@@ -124,9 +126,15 @@ KEY_IN_PROGRESS = Refusal(
 )
 COMMAND_INTERNAL_ERROR = Refusal(
     InternalError(),
-    "the service failed. For a command whose own code failed this is final and "
-    "replayed; if the database failed under it, nothing was stored and a retry "
-    "executes it once.",
+    "the command's own code failed: final, stored and replayed like any final answer; "
+    "quote the `traceId`.",
+)
+COMMAND_SERVICE_UNAVAILABLE = Refusal(
+    ServiceUnavailable(),
+    "the service's database was unreachable or failed under the command (connection "
+    "lost, deadlock, serialization failure, a lock wait timed out). Nothing was done and "
+    "nothing was stored, the key included: retry after `Retry-After` seconds "
+    f"({DATABASE_RETRY_AFTER_SECONDS}) with the same key and the command executes once.",
 )
 
 
@@ -202,13 +210,14 @@ def command_schema(
         UNSUPPORTED_MEDIA_TYPE,
         THROTTLED,
         COMMAND_INTERNAL_ERROR,
+        COMMAND_SERVICE_UNAVAILABLE,
         *refusals,
     ]
     statuses = [*responses, *(r.body["status"] for r in refusal_list)]
     headers = [REQUEST_ID, WWW_AUTHENTICATE, _replayed_header(statuses)]
     if location is not None:
         headers.append(location_header(*location))
-    headers.append(retry_after_header([s for s in (202, 409, 429) if s in statuses]))
+    headers.append(retry_after_header([s for s in (202, 409, 429, 503) if s in statuses]))
     return extend_schema(
         operation_id=operation_id,
         summary=summary,

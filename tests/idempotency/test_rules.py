@@ -305,8 +305,9 @@ def test_a_database_failure_stores_nothing_and_the_retry_executes_once(api: Api)
     retried = api.post("/v1/probes/database-failure", {}, key="K")
     replayed = api.post("/v1/probes/database-failure", {}, key="K")
 
-    assert failed.status_code == 500
-    assert problem(failed)["error"] == "InternalError"
+    assert failed.status_code == 503
+    assert problem(failed)["error"] == "ServiceUnavailable"
+    assert failed.has_header("Retry-After")
     assert retried.status_code == 201
     assert not retried.has_header("Idempotent-Replayed")
     assert replayed.content == retried.content
