@@ -132,9 +132,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         ),
     }
 else:
-    # Persistent connections save a connect per request under gunicorn.
+    # Persistent connections save a connect per request under gunicorn; the
+    # health check at each request's first query replaces one the database
+    # closed (a restart), so the same processes serve again once it is back.
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # A database that does not answer at all (a host down, a dropped route)
+    # must fail the request in seconds, with 503, not hold a worker until
+    # gunicorn's timeout kills it.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=3)
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -162,12 +170,20 @@ PAYMENT_PROVIDER_LATENCY = env.float("PAYMENT_PROVIDER_LATENCY", default=0.05)
 # First retry delay after a provider timeout or 5xx (seconds); it doubles
 # with each attempt, up to a minute.
 PAYMENT_RETRY_BACKOFF = env.float("PAYMENT_RETRY_BACKOFF", default=1.0)
-# An operation still processing this long after its last progress (seconds)
-# is published again by the sweep: its message was lost or its worker died.
-OPERATION_STALE_AFTER = env.int("OPERATION_STALE_AFTER", default=60)
-# How long a worker holds an operation it works on (seconds). Longer than any
-# one provider call with its timeout; a dead worker's claim lapses after it.
-OPERATION_LEASE = env.int("OPERATION_LEASE", default=30)
+# An operation that no worker has taken this long after its task was
+# published (seconds) is presumed lost and published again by the sweep.
+# Ten seconds is far above the time a message takes to reach an idle worker,
+# so a copy is rare, and harmless: the worker that gets it finds the
+# operation taken. Under a backlog longer than this, each waiting operation
+# gets a copy every ten seconds.
+OPERATION_STALE_AFTER = env.float("OPERATION_STALE_AFTER", default=10.0)
+# How long a worker holds an operation it works on (seconds). It renews the
+# lease every third of it while it works, so this bounds how long a dead
+# worker's operation waits, not how long an attempt may take.
+OPERATION_LEASE = env.float("OPERATION_LEASE", default=10.0)
+# How often every worker runs the sweep (seconds), besides once each time it
+# connects to the broker. A sweep is one indexed query when nothing is due.
+OPERATION_SWEEP_INTERVAL = env.float("OPERATION_SWEEP_INTERVAL", default=2.0)
 
 # --- Celery ---------------------------------------------------------------
 
@@ -191,16 +207,16 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         # wait in the worker, unacknowledged, for at most a minute), or a
         # slow task would be delivered twice; twice is harmless, only wasted.
         "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=300),
+        # A broker that stops answering must not hold a command that
+        # publishes after its commit: the publish fails in seconds and the
+        # sweep sends the task later. Above the worker's 1 s BRPOP.
+        "socket_connect_timeout": 2,
+        "socket_timeout": 3,
     }
 # Our JSON logging (below) applies to the worker too.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
-    "sweep-stale-operations": {
-        "task": "operations.tasks.sweep_stale_operations",
-        # A lost message is found again within half a minute of going stale.
-        "schedule": 30.0,
-    },
     "purge-expired-idempotency-keys": {
         "task": "idempotency.tasks.purge_expired_keys",
         # Hourly keeps the table within an hour of its retention.

@@ -6,7 +6,12 @@ class OperationsConfig(AppConfig):
     verbose_name = "Asynchronous operations"
 
     def ready(self) -> None:
+        from celery import current_app
+
         from observability.metrics import register_collector
         from operations.metrics import OperationsCollector
+        from operations.worker import OperationSweep
 
         register_collector(OperationsCollector())
+        # Every worker of this process's Celery app sweeps (operations.worker).
+        current_app.steps["consumer"].add(OperationSweep)

@@ -3,6 +3,7 @@
 from functools import partial
 
 from django.db import models
+from django.utils import timezone
 
 from api.ids import new_id
 
@@ -12,7 +13,8 @@ class Operation(models.Model):
 
     The command that starts it inserts the row in its own transaction and
     publishes the task after commit; the row, not the broker, is the source
-    of truth, so a lost message is found again by the sweep. ``status`` only
+    of truth, so a lost message is found again by the sweep
+    (:func:`operations.services.sweep_stale_operations`). ``status`` only
     moves forward (processing -> succeeded | failed), and every write of it
     is a compare-and-set on ``status='processing'``.
     """
@@ -33,9 +35,14 @@ class Operation(models.Model):
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.CharField(max_length=500, blank=True)
     attempts = models.PositiveIntegerField(default=0)
-    # A worker holds the operation until then; past it, a crashed worker's
-    # operation can be claimed again.
+    # A worker holds the operation until then, and renews the lease while it
+    # works; past it, a dead worker's operation can be claimed again.
     claimed_until = models.DateTimeField(null=True, blank=True)
+    # If it is still processing then and no worker holds it, its message is
+    # presumed lost (the broker was down, or a worker died holding it) and
+    # the sweep publishes it again. Set ahead by every publish, to now by a
+    # publish that failed.
+    republish_at = models.DateTimeField(default=timezone.now)
     # The trace id of the request that started it, for logs across processes.
     trace_id = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -43,11 +50,11 @@ class Operation(models.Model):
 
     class Meta:
         indexes = [
-            # The sweep: processing operations, oldest first.
+            # The sweep: processing operations, the longest due first.
             models.Index(
-                fields=["updated_at"],
+                fields=["republish_at"],
                 condition=models.Q(status="processing"),
-                name="operation_processing",
+                name="operation_republish",
             ),
         ]
         constraints = [

@@ -19,14 +19,10 @@ def run_operation(self: Task, *, operation_id: str, **kwargs: Any) -> None:
     structlog.contextvars.bind_contextvars(operation_id=operation.id, kind=operation.kind)
     kind = registry.kind_of(operation)
     try:
-        kind.handler(operation)
+        with services.lease_kept(operation):
+            kind.handler(operation)
     except kind.retry.on as exc:
-        services.release_operation(operation)
         delay = kind.retry.delay(self.request.retries)
+        services.release_operation(operation, retry_in=delay)
         logger.info("operation will be retried", retry_in_s=delay, reason=str(exc))
         raise self.retry(countdown=delay, exc=exc) from None
-
-
-@shared_task
-def sweep_stale_operations() -> int:
-    return services.sweep_stale_operations()

@@ -11,9 +11,20 @@ from pytest_django import Settings
 
 from config.celery import app
 from operations.models import Operation
-from operations.services import claim_operation, publish, sweep_stale_operations
+from operations.services import (
+    claim_operation,
+    lease_kept,
+    publish,
+    release_operation,
+    sweep_stale_operations,
+)
 from provider.models import LedgerEntry
-from tests.support.concurrency import FinishedOperation, running_worker
+from tests.support.concurrency import (
+    FinishedOperation,
+    run_concurrently,
+    running_worker,
+    wait_until,
+)
 from tests.support.http import Api, body_of, payment_body
 from tests.support.live import LiveService, serve, suite_database_env
 
@@ -50,7 +61,6 @@ def test_a_command_committed_while_the_broker_is_down_is_done_once_it_is_back(
     service_with_broker_down: LiveService,
     worker: None,
     finished_operation: FinishedOperation,
-    settings: Settings,
 ) -> None:
     order = place_order(api, key="o")
 
@@ -63,10 +73,12 @@ def test_a_command_committed_while_the_broker_is_down_is_done_once_it_is_back(
 
     assert response.status_code == 202
     operation_id = response.json()["operationId"]
-    assert Operation.objects.get(pk=operation_id).status == Operation.Status.PROCESSING
+    operation = Operation.objects.get(pk=operation_id)
+    assert operation.status == Operation.Status.PROCESSING
+    # Due at once, not after OPERATION_STALE_AFTER: its publish failed.
+    assert operation.republish_at <= timezone.now()
     assert LedgerEntry.objects.count() == 0
     # The broker is back (this process's broker is up); the sweep finds the work.
-    settings.OPERATION_STALE_AFTER = 0
     assert sweep_stale_operations() == 1
     assert finished_operation(operation_id).status == Operation.Status.SUCCEEDED
     assert LedgerEntry.objects.count() == 1
@@ -108,3 +120,49 @@ def test_publishing_twice_is_harmless(
     operation = finished_operation(accepted["operationId"])
     assert operation.status == Operation.Status.SUCCEEDED
     assert LedgerEntry.objects.count() == 1
+
+
+def test_concurrent_sweeps_publish_each_due_operation_once(api: Api, broker: None) -> None:
+    accepted = [pay(api, key=f"p{i}")["operationId"] for i in range(6)]
+    app.control.purge()
+    Operation.objects.update(republish_at=timezone.now() - timedelta(seconds=1))
+
+    published = run_concurrently(4, lambda _: sweep_stale_operations())
+
+    assert sum(published) == len(accepted)
+    # Each is due again only if no worker takes it meanwhile.
+    assert not Operation.objects.filter(republish_at__lte=timezone.now()).exists()
+
+
+def test_a_worker_renews_its_lease_while_it_works(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.OPERATION_LEASE = 0.3
+    operation = claim_operation(pay(api)["operationId"])
+    assert operation is not None
+    first_lease = operation.claimed_until
+    assert first_lease is not None
+
+    with lease_kept(operation):
+        wait_until(
+            lambda: Operation.objects.get(pk=operation.pk).claimed_until > first_lease  # type: ignore[operator]
+        )
+        renewed = Operation.objects.get(pk=operation.pk)
+
+    assert renewed.status == Operation.Status.PROCESSING
+    assert sweep_stale_operations() == 0
+
+
+def test_an_operation_released_for_a_retry_is_due_only_after_it(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.OPERATION_STALE_AFTER = 10
+    operation = claim_operation(pay(api)["operationId"])
+    assert operation is not None
+
+    release_operation(operation, retry_in=5)
+
+    released = Operation.objects.get(pk=operation.pk)
+    assert released.claimed_until is None
+    assert released.republish_at > timezone.now() + timedelta(seconds=14)
+    assert sweep_stale_operations() == 0
