@@ -15,7 +15,7 @@ PACKAGES := config api observability accounts idempotency operations provider or
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-dev run test lint fmt lock bench fuzz clean FORCE
+.PHONY: install install-dev run test faults lint fmt lock bench fuzz clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). Made by
 # another one, or left half-made by a failed attempt, it is removed and made
@@ -90,6 +90,13 @@ test: install-dev
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest $(PYTEST_ARGS)
+
+## faults: the fault-injection scenarios alone (make test runs them too): each
+## starts the service, injects one fault and prints its figures at the end.
+faults: install-dev
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
+	  $(BIN)/pytest tests/faults
 
 ## bench: ratios of what idempotency costs, and 202-to-succeeded of a payment,
 ## on PostgreSQL and Redis (a database of its own, order_service_bench).

@@ -1,0 +1,342 @@
+"""The fault-injection harness: real processes, one real fault, clients that keep their keys.
+
+A scenario starts the processes it needs (:class:`Deployment`), drives
+traffic through a :class:`RetryingClient` (a new key per intended action,
+the same key for every retry of it), injects its fault, and then audits
+the database and the provider's ledger (:func:`audit`): every intended
+action happened once, none is lost, nothing is left processing. Each
+scenario reports one line of :class:`Figures`.
+"""
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import requests
+import urllib3
+
+from tests.support.live import BIN, ROOT, LiveService, free_port, stop, wait_until_healthy
+
+# The figures of every scenario run, printed at the end of the session
+# (tests/faults/conftest.py).
+REPORT: list[str] = []
+
+# What a retrying client waits at most between two attempts (seconds),
+# whatever Retry-After says: the scenarios measure recovery in seconds.
+_MAX_PAUSE_S = 1.0
+
+
+@dataclass
+class Figures:
+    """What one scenario sent and what the audit found."""
+
+    scenario: str
+    sent: int = 0
+    retries: int = 0
+    server_errors: int = 0
+    # Attempts that reached the server and got no answer (cut, reset, dropped).
+    unanswered: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    stuck: int = 0
+    recovery_s: float | None = None
+    goal_s: float | None = None
+
+    def line(self) -> str:
+        recovery = "-" if self.recovery_s is None else f"{self.recovery_s:.1f}"
+        goal = "" if self.goal_s is None else f" (goal {self.goal_s:g})"
+        return (
+            f"{self.scenario}: sent {self.sent}, retries {self.retries},"
+            f" duplicates {self.duplicates}, lost {self.lost}, stuck {self.stuck},"
+            f" 5xx {self.server_errors}, unanswered {self.unanswered},"
+            f" recovery {recovery} s{goal}"
+        )
+
+    def report(self) -> None:
+        REPORT.append(self.line())
+
+
+@dataclass
+class RetryingClient:
+    """A client that retries a command with the same key until it gets a final answer.
+
+    It retries what the API says is worth retrying: no answer at all
+    (refused, reset, timed out), a 5xx, ``409 IdempotencyKeyInProgress`` and
+    ``429``, after ``Retry-After`` (at most a second here) or a short
+    backoff. Every attempt opens a new connection, as after a failure.
+    """
+
+    base_url: str
+    token: str
+    figures: Figures
+    deadline_s: float = 90.0
+
+    def command(self, method: str, path: str, body: Any, *, key: str) -> requests.Response:
+        """The final answer to one intended command."""
+        deadline = time.monotonic() + self.deadline_s
+        for attempt in range(10_000):
+            if attempt:
+                self.figures.retries += 1
+            self.figures.sent += 1
+            try:
+                response = requests.request(
+                    method,
+                    self.base_url + path,
+                    json=body,
+                    headers={"Authorization": f"Bearer {self.token}", "Idempotency-Key": key},
+                    timeout=15,
+                )
+            except requests.RequestException as exc:
+                if not _never_connected(exc):
+                    self.figures.unanswered += 1
+                pause = min(0.05 * 2**attempt, _MAX_PAUSE_S)
+            else:
+                if response.status_code >= 500:
+                    self.figures.server_errors += 1
+                if not _worth_retrying(response):
+                    return response
+                pause = min(float(response.headers.get("Retry-After", 1)), _MAX_PAUSE_S)
+            assert time.monotonic() + pause < deadline, f"{method} {path} got no final answer"
+            time.sleep(pause)  # a client's backoff, not a wait for an event
+        raise AssertionError("unreachable")
+
+    def place_order(self, customer_id: str | None = None) -> dict[str, Any]:
+        """An order of one ABC under a new key; its customerId is the key, for the audit."""
+        key = customer_id or f"order-{uuid.uuid4().hex}"
+        body = {"customerId": key, "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"}
+        response = self.command("POST", "/v1/orders", body, key=key)
+        assert response.status_code == 201, response.text
+        order: dict[str, Any] = response.json()["order"]
+        return order
+
+    def pay(self, order: dict[str, Any]) -> dict[str, Any]:
+        """Pay ``order`` in full under a new key; the 202 answer."""
+        body = {
+            "orderId": order["id"],
+            "amount": order["totalAmount"],
+            "currency": order["currency"],
+            "paymentMethod": "pm_card_ok",
+        }
+        response = self.command("POST", "/v1/payments", body, key=f"pay-{order['id']}")
+        assert response.status_code == 202, response.text
+        accepted: dict[str, Any] = response.json()
+        return accepted
+
+
+def _worth_retrying(response: requests.Response) -> bool:
+    if response.status_code >= 500 or response.status_code == 429:
+        return True
+    return (
+        response.status_code == 409
+        and response.headers.get("Content-Type") == "application/problem+json"
+        and response.json().get("error") == "IdempotencyKeyInProgress"
+    )
+
+
+def _never_connected(exc: requests.RequestException) -> bool:
+    """The connection was refused: the request never reached a server."""
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(reason, urllib3.exceptions.NewConnectionError)
+
+
+@dataclass
+class Deployment:
+    """gunicorn and Celery workers of one scenario, started, stopped and killed one by one."""
+
+    env: Mapping[str, str]
+    var_dir: Path
+    port: int = field(default_factory=free_port)
+    web: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def service(self) -> LiveService:
+        return LiveService(base_url=f"http://127.0.0.1:{self.port}")
+
+    def _env(self, **overrides: str) -> dict[str, str]:
+        return {**self.env, "VAR_DIR": str(self.var_dir), "DEBUG": "0", **overrides}
+
+    def start_web(self, *, workers: int = 2, threads: int = 8, **env: str) -> None:
+        """gunicorn as deployed (config/gunicorn.py), healthy when this returns."""
+        self.web = subprocess.Popen(
+            [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi:application"],
+            cwd=ROOT,
+            env=self._env(
+                BIND=f"127.0.0.1:{self.port}",
+                WEB_CONCURRENCY=str(workers),
+                WEB_THREADS=str(threads),
+                **env,
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.var_dir / "web.log", "ab"),  # noqa: SIM115
+        )
+        wait_until_healthy(self.service, [self.web])
+
+    def web_worker_pids(self) -> list[int]:
+        """The pids of gunicorn's worker processes (the master's children)."""
+        assert self.web is not None
+        pid = self.web.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return sorted(int(child) for child in children)
+
+    def start_worker(self, **env: str) -> subprocess.Popen[bytes]:
+        """A Celery worker (one process, one task at a time), connected when this returns.
+
+        It runs in a session of its own, so that a kill reaches it alone.
+        """
+        log = self.var_dir / f"worker-{len(self.workers)}.log"
+        worker = subprocess.Popen(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "--pool=solo",
+                "--without-mingle",
+                "--without-gossip",
+                "--loglevel=INFO",
+            ],
+            cwd=ROOT,
+            env=self._env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "ab"),  # noqa: SIM115
+            start_new_session=True,
+        )
+        self.workers.append(worker)
+        _wait_for_line(log, " ready.", worker)
+        return worker
+
+    def close(self) -> None:
+        stop([p for p in [self.web, *self.workers] if p is not None and p.poll() is None])
+
+
+def _wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes]) -> None:
+    # A worker announces that it is connected and consuming in its log alone.
+    deadline = time.monotonic() + 30
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None, f"the process exited; see {log}"
+        assert time.monotonic() < deadline, f"no {text!r} in {log}"
+        time.sleep(0.05)
+
+
+def sigkill(process: subprocess.Popen[bytes] | int) -> None:
+    """Kill a process at once, as a crash or the OOM killer would."""
+    pid = process if isinstance(process, int) else process.pid
+    os.kill(pid, signal.SIGKILL)
+    if not isinstance(process, int):
+        process.wait()
+
+
+@dataclass(frozen=True)
+class Audit:
+    duplicates: int
+    lost: int
+    stuck: int
+
+
+def audit(database_url: str, *, orders: Sequence[str], paid: Sequence[str] = ()) -> Audit:
+    """What the database and the provider's ledger say of the intended actions.
+
+    ``orders`` are the customer ids of the orders intended (one order
+    each), ``paid`` those of the orders a payment was intended for (one
+    charge each). A duplicate is a second order or a second charge; a lost
+    action is an order missing or a payment never charged; stuck is an
+    operation still processing or a key without its answer.
+    """
+    with psycopg.connect(database_url, autocommit=True) as db:
+        per_customer: dict[str, int] = dict(
+            db.execute(
+                "SELECT customer_id, count(*) FROM orders_order"
+                " WHERE customer_id = ANY(%s) GROUP BY customer_id",
+                [list(orders)],
+            ).fetchall()
+        )
+        charges: dict[str, int] = dict(
+            db.execute(
+                "SELECT o.customer_id, count(*) FROM provider_ledgerentry l"
+                " JOIN orders_payment p ON p.id = l.payment_id"
+                " JOIN orders_order o ON o.id = p.order_id"
+                " WHERE l.kind = 'charge' AND l.succeeded AND o.customer_id = ANY(%s)"
+                " GROUP BY o.customer_id",
+                [list(paid)],
+            ).fetchall()
+        )
+        (processing,) = db.execute(
+            "SELECT count(*) FROM operations_operation WHERE status = 'processing'"
+        ).fetchone() or (0,)
+        (unanswered,) = db.execute(
+            "SELECT count(*) FROM idempotency_idempotencykey WHERE response_status IS NULL"
+        ).fetchone() or (0,)
+    duplicates = sum(n - 1 for n in per_customer.values()) + sum(n - 1 for n in charges.values())
+    lost = sum(1 for c in orders if c not in per_customer) + sum(
+        1 for c in paid if c not in charges
+    )
+    return Audit(duplicates=duplicates, lost=lost, stuck=processing + unanswered)
+
+
+def seconds_until_finished(database_url: str, *, since: float, within_s: float) -> float:
+    """Wait until no operation is processing; the seconds from ``since`` (monotonic).
+
+    The database is the only place that knows; it is polled every 50 ms.
+    """
+    deadline = since + within_s + 30
+    with psycopg.connect(database_url, autocommit=True) as db:
+        while True:
+            row = db.execute(
+                "SELECT count(*) FROM operations_operation WHERE status = 'processing'"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return time.monotonic() - since
+            assert time.monotonic() < deadline, "operations still processing"
+            time.sleep(0.05)
+
+
+# What the scenarios read of the database while a fault is under way: it
+# offers no event to wait on, so they poll these.
+
+
+def _count(database_url: str, query: str, *params: object) -> int:
+    with psycopg.connect(database_url, autocommit=True) as db:
+        row = db.execute(query, params).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def waiting_on_a_lock(database_url: str) -> int:
+    """How many connections to the database wait on a lock."""
+    return _count(
+        database_url,
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+
+
+def payments_of(database_url: str, order_id: str) -> int:
+    """How many payments of the order are committed."""
+    return _count(database_url, "SELECT count(*) FROM orders_payment WHERE order_id = %s", order_id)
+
+
+def claimed_operations(database_url: str) -> list[str]:
+    """The ids of the operations a worker holds now."""
+    with psycopg.connect(database_url, autocommit=True) as db:
+        rows = db.execute(
+            "SELECT id FROM operations_operation"
+            " WHERE status = 'processing' AND claimed_until > now()"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def operation_state(database_url: str, operation_id: str) -> tuple[str, int]:
+    """(status, attempts) of one operation."""
+    with psycopg.connect(database_url, autocommit=True) as db:
+        row = db.execute(
+            "SELECT status, attempts FROM operations_operation WHERE id = %s", [operation_id]
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]

@@ -1,0 +1,145 @@
+"""The asynchronous half: a worker killed mid-task, the broker down, a deploy.
+
+An accepted payment is an operation row committed with the command (the
+outbox). Whatever happens to the messages that carry it, the sweep that
+every worker runs publishes it again once it is due, and the provider key
+derived from the payment makes every attempt one charge.
+"""
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+
+from tests.faults.harness import (
+    Deployment,
+    Figures,
+    RetryingClient,
+    audit,
+    claimed_operations,
+    operation_state,
+    seconds_until_finished,
+    sigkill,
+    waiting_on_a_lock,
+)
+from tests.support.concurrency import wait_until
+from tests.support.faults import RedisServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Goals: with default settings, every operation a killed worker held is
+# finished within 20 s after a worker is available again, and every
+# operation accepted during a broker outage within 10 s after it is back.
+WORKER_KILLED_GOAL_S = 20.0
+BROKER_BACK_GOAL_S = 10.0
+
+
+def test_worker_killed_holding_messages(
+    deployment: Deployment, token: str, database_url: str
+) -> None:
+    figures = Figures("worker killed holding messages", goal_s=WORKER_KILLED_GOAL_S)
+    deployment.start_web()
+    # A slow provider, so that the worker is killed mid-call.
+    doomed = deployment.start_worker(PAYMENT_PROVIDER_LATENCY="2")
+    client = RetryingClient(deployment.service.base_url, token, figures)
+    orders = [client.place_order() for _ in range(4)]
+    for order in orders:
+        client.pay(order)
+    wait_until(lambda: len(claimed_operations(database_url)) == 1)
+
+    sigkill(doomed)
+    deployment.start_worker()
+    available_at = time.monotonic()
+    figures.recovery_s = seconds_until_finished(
+        database_url, since=available_at, within_s=WORKER_KILLED_GOAL_S
+    )
+
+    customers = [o["customerId"] for o in orders]
+    found = audit(database_url, orders=customers, paid=customers)
+    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
+    figures.report()
+    assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
+    assert figures.recovery_s <= WORKER_KILLED_GOAL_S
+
+
+def test_broker_down_and_back(
+    deployment: Deployment, broker: RedisServer, token: str, database_url: str
+) -> None:
+    figures = Figures("broker down and back", goal_s=BROKER_BACK_GOAL_S)
+    deployment.start_web()
+    deployment.start_worker()
+    client = RetryingClient(deployment.service.base_url, token, figures)
+    orders = [client.place_order() for _ in range(10)]
+
+    broker.stop()
+    accepted = [client.pay(order) for order in orders]
+    ready = requests.get(deployment.service.url("/readyz"), timeout=10)
+    broker.start()
+    back_at = time.monotonic()
+    figures.recovery_s = seconds_until_finished(
+        database_url, since=back_at, within_s=BROKER_BACK_GOAL_S
+    )
+
+    customers = [o["customerId"] for o in orders]
+    found = audit(database_url, orders=customers, paid=customers)
+    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
+    figures.report()
+    assert all(a["status"] == "processing" for a in accepted)
+    assert ready.status_code == 503
+    assert ready.json()["checks"] == {"database": True, "broker": False}
+    assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
+    assert figures.recovery_s <= BROKER_BACK_GOAL_S
+
+
+def test_sigterm_under_load_finishes_what_is_in_flight(
+    deployment: Deployment, token: str, database_url: str
+) -> None:
+    """A deploy: gunicorn and the worker get SIGTERM while they work, then new ones start."""
+    figures = Figures("SIGTERM under load")
+    deployment.start_web()
+    worker = deployment.start_worker(PAYMENT_PROVIDER_LATENCY="1")
+    client = RetryingClient(deployment.service.base_url, token, figures)
+    paid = [client.place_order() for _ in range(6)]
+    for order in paid:
+        client.pay(order)
+    wait_until(lambda: len(claimed_operations(database_url)) == 1)
+    answers: dict[str, Any] = {}
+
+    with psycopg.connect(database_url) as locker:
+        # Commands in flight at the signal: they wait for the orders table.
+        locker.execute("LOCK TABLE orders_order IN ACCESS EXCLUSIVE MODE")
+        in_flight = [
+            threading.Thread(target=lambda c=c: answers.update({c: client.place_order(c)}))
+            for c in ("in-flight-1", "in-flight-2")
+        ]
+        for thread in in_flight:
+            thread.start()
+        wait_until(lambda: waiting_on_a_lock(database_url) == 2)
+        (running,) = claimed_operations(database_url)
+        assert deployment.web is not None
+        deployment.web.terminate()
+        worker.terminate()
+    # The lock is gone: the commands in flight finish, the worker its task.
+    for thread in in_flight:
+        thread.join(timeout=60)
+    assert deployment.web.wait(timeout=60) == 0
+    assert worker.wait(timeout=60) == 0
+    finished_by_the_old_worker = operation_state(database_url, running)
+    sent_before_restart = figures.sent
+
+    deployment.start_web()
+    deployment.start_worker()
+    restarted_at = time.monotonic()
+    figures.recovery_s = seconds_until_finished(database_url, since=restarted_at, within_s=20)
+
+    customers = [o["customerId"] for o in paid]
+    found = audit(database_url, orders=[*customers, *answers], paid=customers)
+    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
+    figures.report()
+    assert sorted(answers) == ["in-flight-1", "in-flight-2"]
+    assert sent_before_restart == 6 + 6 + 2  # no attempt of the commands in flight failed
+    assert finished_by_the_old_worker == ("succeeded", 1)
+    assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)

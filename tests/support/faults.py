@@ -1,0 +1,378 @@
+"""Faults on demand: a TCP proxy that drops answers, goes down or stalls, and servers to restart.
+
+``FaultProxy`` stands between a client and a server and misbehaves as the test
+tells it to. ``PostgresCluster`` and ``RedisServer`` are throwaway servers of
+the test's own, which it may stop and start without touching the suite's.
+"""
+
+import enum
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Self
+
+import psycopg
+from psycopg import sql
+
+from tests.support.live import free_port
+
+HOST = "127.0.0.1"
+# How long a proxy thread blocks in a socket call before it looks again at
+# the mode and at its connection's state.
+_POLL_S = 0.05
+_CHUNK = 64 * 1024
+
+
+class _Closes:
+    """``with`` support: leaving the block calls ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Mode(enum.Enum):
+    """What a ``FaultProxy`` does to the traffic, and the fault that simulates."""
+
+    PASS = "pass"
+    """Forwards both ways: a healthy network."""
+    DROP_ANSWERS = "drop_answers"
+    """Loses some answers on the way back: the server did the work, its client sees a reset."""
+    DOWN = "down"
+    """The server is down: connects are refused, open connections are reset."""
+    STALL = "stall"
+    """A partition or a hung server: connections stay open and nothing gets through."""
+
+
+@dataclass(eq=False)
+class _Link:
+    """A client's connection and the proxy's connection upstream for it."""
+
+    client: socket.socket
+    upstream: socket.socket
+    doomed: bool  # its answer is to be dropped (DROP_ANSWERS)
+    fins: int = 0  # directions that have passed on their FIN
+    closed: bool = False
+
+
+class FaultProxy(_Closes):
+    """A TCP proxy on 127.0.0.1 in front of ``upstream``, its mode switched while it runs.
+
+    It knows no protocol: HTTP and Redis clients alike go through it. One
+    thread accepts connections and two threads per connection forward a
+    direction each, on blocking sockets with a short timeout, so that each
+    sees a mode switch at once. Setting ``mode`` returns once the new mode is
+    in force: the bytes that reach the proxy from then on obey it.
+
+    - ``PASS`` forwards both ways.
+    - ``DROP_ANSWERS`` dooms the 1st, (1 + n)th, (1 + 2n)th… connection accepted
+      while it is set (n = ``drop_every``, counted afresh at each switch): the
+      client's bytes go upstream, then the first bytes of the answer are
+      discarded and both connections reset. ``dropped`` counts these.
+    - ``DOWN`` resets every open connection and closes the listening socket,
+      so that connects are refused. A bound socket that never listens keeps
+      the port meanwhile: no other socket can take it.
+    - ``STALL`` forwards nothing, on open connections and on new ones (which
+      are accepted); when the mode switches back, the bytes held go on.
+    """
+
+    def __init__(
+        self, upstream: tuple[str, int], *, mode: Mode = Mode.PASS, drop_every: int = 1
+    ) -> None:
+        self.upstream = upstream
+        self.drop_every = drop_every
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._links: set[_Link] = set()
+        self._accepted = 0  # since the last switch
+        self._acceptor: threading.Thread | None = None
+        self._placeholder = _port_sharing_socket()
+        self._placeholder.bind((HOST, 0))
+        self.port: int = self._placeholder.getsockname()[1]
+        self._mode = Mode.DOWN
+        self.mode = mode
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return HOST, self.port
+
+    @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        previous, self._mode = self._mode, mode
+        self._accepted = 0
+        if mode is Mode.DOWN:
+            if self._acceptor is not None:
+                self._acceptor.join()  # it closes the listening socket on seeing DOWN
+            with self._lock:
+                links = list(self._links)
+            for link in links:
+                self._end(link, reset=True)
+        elif previous is Mode.DOWN:
+            listener = _port_sharing_socket()
+            listener.bind(self.address)
+            listener.listen()
+            listener.settimeout(_POLL_S)
+            self._acceptor = _start(self._accept, listener)
+
+    def close(self) -> None:
+        """Reset every connection and stop listening for good."""
+        self.mode = Mode.DOWN
+        self._placeholder.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        """Accept connections and start forwarding them until DOWN; then close ``listener``."""
+        with listener:
+            while self._mode is not Mode.DOWN:
+                try:
+                    client, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                dropping = self._mode is Mode.DROP_ANSWERS
+                doomed = dropping and self._accepted % self.drop_every == 0
+                self._accepted += 1
+                try:
+                    upstream = socket.create_connection(self.upstream, timeout=5)
+                except OSError:
+                    _abort(client)  # the upstream is down: its client sees a reset
+                    continue
+                link = _Link(client, upstream, doomed)
+                with self._lock:
+                    self._links.add(link)
+                for src, dst in ((client, upstream), (upstream, client)):
+                    src.settimeout(_POLL_S)
+                    # Bytes go on as they come: Nagle's algorithm would hold small writes back.
+                    src.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    _start(self._forward, link, src, dst)
+
+    def _forward(self, link: _Link, src: socket.socket, dst: socket.socket) -> None:
+        """Pass ``src``'s bytes on to ``dst``, then its FIN, unless the link is reset first."""
+        try:
+            while not link.closed:
+                try:
+                    data = src.recv(_CHUNK)
+                except TimeoutError:
+                    continue
+                # The mode is read after the bytes: those that arrive once it
+                # is set obey it, whatever this thread was doing at the switch.
+                while self._mode is Mode.STALL and not link.closed:
+                    time.sleep(_POLL_S)
+                if link.closed:
+                    return
+                if not data:
+                    dst.shutdown(socket.SHUT_WR)
+                    self._end(link, reset=False)
+                    return
+                if src is link.upstream and link.doomed and self._mode is Mode.DROP_ANSWERS:
+                    self._end(link, reset=True, dropped=True)
+                    return
+                _send_all(link, dst, data)
+        except OSError:
+            # One side reset or went away: the other is reset too, as by a real cut.
+            self._end(link, reset=True)
+
+    def _end(self, link: _Link, *, reset: bool, dropped: bool = False) -> None:
+        """Reset both connections now, or close them once each direction has passed on its FIN."""
+        with self._lock:
+            if not reset:
+                link.fins += 1
+            if link.closed or (not reset and link.fins < 2):
+                return
+            link.closed = True
+            self._links.discard(link)
+            self.dropped += dropped
+        for sock in (link.client, link.upstream):
+            if reset:
+                _abort(sock)
+            else:
+                sock.close()
+
+
+def _port_sharing_socket() -> socket.socket:
+    sock = socket.socket()
+    # The placeholder and each listener bind the same port, and a listener
+    # binds it again over the TIME_WAIT of the connections it served.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return sock
+
+
+def _start(target: Callable[..., None], *args: object) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def _send_all(link: _Link, sock: socket.socket, data: bytes) -> None:
+    """``sock.sendall(data)``, given up once ``link`` is closed."""
+    # Not sendall itself: on a timeout it does not tell how much it sent.
+    view = memoryview(data)
+    while view and not link.closed:
+        with suppress(TimeoutError):
+            view = view[sock.send(view) :]
+
+
+def _abort(sock: socket.socket) -> None:
+    """Close ``sock`` with a reset (RST), which the peer sees at once as an error."""
+    # SO_LINGER on with a zero timeout: close() discards unsent bytes and resets.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _program(name: str) -> str:
+    """The path of program ``name``, found on PATH."""
+    path = shutil.which(name)
+    if path is None:
+        raise FileNotFoundError(f"{name} is not on PATH")
+    return path
+
+
+@cache
+def _postgres_bindir() -> Path:
+    """The directory of initdb and pg_ctl (which Debian keeps off PATH)."""
+    bindir = subprocess.run([_program("pg_config"), "--bindir"], capture_output=True, check=True)
+    return Path(bindir.stdout.decode().strip())
+
+
+class PostgresCluster(_Closes):
+    """A throwaway PostgreSQL server on 127.0.0.1 and a free port, started on creation.
+
+    Its data, Unix socket and log are in a temporary directory. The superuser
+    ``postgres`` connects without a password; fsync is off, for the data is
+    thrown away. ``stop()`` and ``start()`` restart it on the same port and
+    data; ``close()`` stops it and removes the directory.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.directory = Path(tempfile.mkdtemp(prefix="faults-pg-"))
+        self._data = str(self.directory / "data")
+        self._log = self.directory / "server.log"
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres")  # the server's user writes in it
+        try:
+            initdb = ("-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
+            self._run("initdb", "-D", self._data, *initdb)
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def url(self, dbname: str = "postgres") -> str:
+        """The URL of database ``dbname``, over TCP, as the superuser."""
+        return f"postgres://postgres@{HOST}:{self.port}/{dbname}"
+
+    def create_database(self, name: str) -> None:
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    def start(self) -> None:
+        """Start the server; returns once it accepts connections."""
+        # -F: fsync off; -k: the Unix socket in the directory, not /var/run/postgresql.
+        options = f"-F -h {HOST} -p {self.port} -k {self.directory}"
+        self._run("pg_ctl", "-D", self._data, "-l", str(self._log), "-o", options, "-w", "start")
+
+    def stop(self) -> None:
+        """Stop the server (fast: sessions end at once); returns once it has exited."""
+        self._run("pg_ctl", "-D", self._data, "-m", "fast", "-w", "stop")
+
+    def close(self) -> None:
+        self._run("pg_ctl", "-D", self._data, "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _run(self, program: str, *args: str, check: bool = True) -> None:
+        argv = [str(_postgres_bindir() / program), *args]
+        if os.geteuid() == 0:
+            # PostgreSQL refuses to run as root.
+            argv = [_program("runuser"), "-u", "postgres", "--", *argv]
+        # In the directory: the postgres user may not enter the test's own.
+        done = subprocess.run(argv, cwd=self.directory, capture_output=True, text=True, check=False)
+        if check and done.returncode != 0:
+            log = self._log.read_text() if self._log.exists() else ""
+            raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}{done.stderr}{log}")
+
+
+class RedisServer(_Closes):
+    """A throwaway redis-server on 127.0.0.1 and a free port, without persistence.
+
+    Started on creation; ``stop()`` and ``start()`` restart it on the same
+    port, empty. ``close()`` ends it and removes its temporary directory.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.directory = Path(tempfile.mkdtemp(prefix="faults-redis-"))
+        self._process: subprocess.Popen[bytes] | None = None
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def url(self, db: int = 0) -> str:
+        """The URL of database number ``db``."""
+        return f"redis://{HOST}:{self.port}/{db}"
+
+    def start(self) -> None:
+        """Start the server; returns once it answers PING."""
+        log = self.directory / "redis.log"
+        with log.open("ab") as output:
+            self._process = subprocess.Popen(
+                [
+                    _program("redis-server"),
+                    *("--bind", HOST, "--port", str(self.port), "--dir", str(self.directory)),
+                    # No persistence: a restart starts empty.
+                    *("--save", "", "--appendonly", "no"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        # Redis tells systemd alone that it is ready: its port is polled.
+        deadline = time.monotonic() + 10
+        while not _answers_ping(self.port):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start:\n{log.read_text()}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """End the server; returns once it has exited."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
