@@ -59,8 +59,11 @@ class Figures:
             f" recovery {recovery} s{goal}"
         )
 
-    def report(self) -> None:
+    def audited(self, found: "Audit") -> "Audit":
+        """Take the audit's counts into these figures, and report them."""
+        self.duplicates, self.lost, self.stuck = found.duplicates, found.lost, found.stuck
         REPORT.append(self.line())
+        return found
 
 
 @dataclass

@@ -75,9 +75,7 @@ def test_backends_terminated_under_load(
         database_url, since=time.monotonic(), within_s=DATABASE_BACK_GOAL_S
     )
 
-    found = audit(database_url, orders=customers, paid=customers)
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert killing.is_set()
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
     assert figures.recovery_s <= DATABASE_BACK_GOAL_S
@@ -143,9 +141,9 @@ def test_postgresql_restarted(own_database: tuple[PostgresCluster, Deployment, s
     )
 
     customers = [o["customerId"] for o in [*before, *after]] + ["while-down"]
-    found = audit(cluster.url("orders"), orders=customers, paid=[o["customerId"] for o in before])
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(
+        audit(cluster.url("orders"), orders=customers, paid=[o["customerId"] for o in before])
+    )
     assert refused.status_code == 503
     assert refused.headers["Content-Type"] == "application/problem+json"
     assert refused.json()["error"] == "ServiceUnavailable"

@@ -54,9 +54,7 @@ def test_answers_dropped_after_commit(
         started = time.monotonic()
         figures.recovery_s = seconds_until_finished(database_url, since=started, within_s=10)
 
-    found = audit(database_url, orders=customers, paid=customers)
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert proxy.dropped >= 20
     assert figures.unanswered >= 20
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
@@ -82,9 +80,7 @@ def test_web_worker_killed_between_claim_and_commit(
     placing.join(timeout=60)
     figures.recovery_s = time.monotonic() - killed_at
 
-    found = audit(database_url, orders=["killed-1"])
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(audit(database_url, orders=["killed-1"]))
     assert answer["customerId"] == "killed-1"
     assert figures.unanswered == 1
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
@@ -117,9 +113,9 @@ def test_web_worker_killed_after_commit(
             database_url, since=killed_at, within_s=LOST_MESSAGE_GOAL_S
         )
 
-    found = audit(database_url, orders=["paid-after-kill"], paid=["paid-after-kill"])
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(
+        audit(database_url, orders=["paid-after-kill"], paid=["paid-after-kill"])
+    )
     assert answers[0]["status"] in ("processing", "succeeded")
     assert figures.unanswered == 1
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)

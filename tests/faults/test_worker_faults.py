@@ -58,9 +58,7 @@ def test_worker_killed_holding_messages(
     )
 
     customers = [o["customerId"] for o in orders]
-    found = audit(database_url, orders=customers, paid=customers)
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
     assert figures.recovery_s <= WORKER_KILLED_GOAL_S
 
@@ -84,9 +82,7 @@ def test_broker_down_and_back(
     )
 
     customers = [o["customerId"] for o in orders]
-    found = audit(database_url, orders=customers, paid=customers)
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert all(a["status"] == "processing" for a in accepted)
     assert ready.status_code == 503
     assert ready.json()["checks"] == {"database": True, "broker": False}
@@ -136,9 +132,7 @@ def test_sigterm_under_load_finishes_what_is_in_flight(
     figures.recovery_s = seconds_until_finished(database_url, since=restarted_at, within_s=20)
 
     customers = [o["customerId"] for o in paid]
-    found = audit(database_url, orders=[*customers, *answers], paid=customers)
-    figures.duplicates, figures.lost, figures.stuck = found.duplicates, found.lost, found.stuck
-    figures.report()
+    found = figures.audited(audit(database_url, orders=[*customers, *answers], paid=customers))
     assert sorted(answers) == ["in-flight-1", "in-flight-2"]
     assert sent_before_restart == 6 + 6 + 2  # no attempt of the commands in flight failed
     assert finished_by_the_old_worker == ("succeeded", 1)

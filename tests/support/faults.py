@@ -24,7 +24,7 @@ from typing import Self
 import psycopg
 from psycopg import sql
 
-from tests.support.live import free_port
+from tests.support.live import free_port, stop
 
 HOST = "127.0.0.1"
 # How long a proxy thread blocks in a socket call before it looks again at
@@ -357,12 +357,7 @@ class RedisServer(_Closes):
         """End the server; returns once it has exited."""
         process, self._process = self._process, None
         if process is not None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop([process])
 
     def close(self) -> None:
         self.stop()
