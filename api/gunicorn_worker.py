@@ -17,7 +17,6 @@ import uuid
 from typing import Any
 
 from gunicorn import util
-from gunicorn.workers.base import Worker
 from gunicorn.workers.gthread import ThreadWorker
 
 from api.problem import PROBLEM_CONTENT_TYPE, problem_body
@@ -106,28 +105,25 @@ class ProblemJsonThreadWorker(ThreadWorker):
     closes the connection after any error). Nothing the client sent is echoed.
     """
 
-    _quitting = False
-
     def handle_quit(self, sig: int, frame: Any) -> None:
-        """Quit at once (SIGINT, SIGQUIT), without touching the thread pool's lock.
+        """Quit (SIGINT, SIGQUIT) by leaving the main loop, as SIGTERM does.
 
-        gthread's own handler shuts its thread pool down, which takes the
-        pool's lock. But a signal handler runs in the main thread between
-        any two of its steps, also while that thread holds the very lock:
-        handing a request to the pool, or handling an earlier signal (Ctrl-C
-        sends SIGINT to every process of the terminal's group, and the
-        arbiter then sends each worker SIGQUIT). The handler then waited for
-        itself until the arbiter killed the worker after ``graceful_timeout``.
-
-        Leaving the interpreter, as the base handler does (``sys.exit``),
-        shuts the pool down anyway, from outside any lock: Python's exit wakes
-        the idle pool threads and waits for those serving a request. Later
-        quit signals have nothing to add to the first.
+        gthread's own handler shuts its thread pool down and raises
+        ``SystemExit``, from the signal handler. But a handler runs in the
+        main thread between any two of its steps, also while that thread
+        holds a lock: the pool's, while it hands a request over, or a log
+        handler's. Shutting the pool down then waited for the main thread
+        itself, and an exception raised there could leave a lock taken that
+        Python's exit then waited for; either way the worker hung until the
+        arbiter killed it after ``graceful_timeout`` (30 s). So this handler
+        takes no lock and raises nothing: it only clears ``alive``. The main
+        loop sees it within a second, stops accepting, lets requests in flight
+        finish (kept-alive connections linger 2 s at most) and returns, and
+        the worker exits the ordinary way.
         """
-        if self._quitting:
-            return
-        self._quitting = True
-        Worker.handle_quit(self, sig, frame)
+        if self.alive:
+            self.alive: bool = False
+            self.cfg.worker_int(self)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         captured = _CapturedAnswer()
