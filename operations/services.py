@@ -102,7 +102,7 @@ def claim_operation(operation_id: str) -> Operation | None:
         Operation.objects.filter(pk=operation_id, status=Operation.Status.PROCESSING)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .update(
-            claimed_until=now + timedelta(seconds=settings.OPERATION_LEASE),
+            claimed_until=_lease_end(now),
             attempts=F("attempts") + 1,
             updated_at=now,
         )
@@ -112,12 +112,15 @@ def claim_operation(operation_id: str) -> Operation | None:
 
 def renew_lease(operation: Operation) -> bool:
     """Hold the claimed operation for another lease; False if it is no longer held."""
-    now = timezone.now()
     return bool(
         Operation.objects.filter(
             pk=operation.pk, status=Operation.Status.PROCESSING, claimed_until__isnull=False
-        ).update(claimed_until=now + timedelta(seconds=settings.OPERATION_LEASE))
+        ).update(claimed_until=_lease_end(timezone.now()))
     )
+
+
+def _lease_end(now: datetime) -> datetime:
+    return now + timedelta(seconds=settings.OPERATION_LEASE)
 
 
 @contextmanager

@@ -119,6 +119,15 @@ class RetryingClient:
         order: dict[str, Any] = response.json()["order"]
         return order
 
+    def order_and_pay(self, _: object = None) -> dict[str, Any]:
+        """Place an order and pay it, each under a key of its own; the order.
+
+        The ignored argument lets ``pool.map`` drive it.
+        """
+        order = self.place_order()
+        self.pay(order)
+        return order
+
     def pay(self, order: dict[str, Any]) -> dict[str, Any]:
         """Pay ``order`` in full under a new key; the 202 answer."""
         body = {

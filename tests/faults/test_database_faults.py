@@ -62,9 +62,7 @@ def test_backends_terminated_under_load(
     def order_and_pay(i: int) -> str:
         if i == 4:
             loaded.set()
-        order = client.place_order()
-        client.pay(order)
-        return str(order["customerId"])
+        return str(client.order_and_pay()["customerId"])
 
     killer = threading.Thread(target=terminate_backends)
     killer.start()

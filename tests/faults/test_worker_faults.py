@@ -47,9 +47,7 @@ def test_worker_killed_holding_messages(
     # A slow provider, so that the worker is killed mid-call.
     doomed = deployment.start_worker(PAYMENT_PROVIDER_LATENCY="2")
     client = RetryingClient(deployment.service.base_url, token, figures)
-    orders = [client.place_order() for _ in range(4)]
-    for order in orders:
-        client.pay(order)
+    orders = [client.order_and_pay() for _ in range(4)]
     wait_until(lambda: len(claimed_operations(database_url)) == 1)
 
     sigkill(doomed)
@@ -103,9 +101,7 @@ def test_sigterm_under_load_finishes_what_is_in_flight(
     deployment.start_web()
     worker = deployment.start_worker(PAYMENT_PROVIDER_LATENCY="1")
     client = RetryingClient(deployment.service.base_url, token, figures)
-    paid = [client.place_order() for _ in range(6)]
-    for order in paid:
-        client.pay(order)
+    paid = [client.order_and_pay() for _ in range(6)]
     wait_until(lambda: len(claimed_operations(database_url)) == 1)
     answers: dict[str, Any] = {}
 
