@@ -5,22 +5,27 @@ A view method becomes an idempotent command with one line::
     @idempotent_command
     def post(self, request: Request) -> Response: ...
 
-The protocol, for a request with key K and fingerprint F:
+The protocol, for a request with key K and fingerprint F, in one
+transaction:
 
-1. Look K up (one indexed read, no lock, no write). A completed K with the
-   same F is replayed from its stored bytes; with another F it is a
-   conflict. Nothing executes in either case.
-2. Otherwise, in one transaction: INSERT the claim of K. The unique
-   constraint arbitrates: if another request holds K uncommitted, the
-   INSERT waits (at most ``IDEMPOTENCY_WAIT``) for it to commit (our INSERT
-   then fails and we go back to 1 and replay) or to roll back (ours then
-   succeeds). Then run the view inside a savepoint and store its response
-   (status, body bytes, Content-Type, Location) on the claim. Commit: the
-   effects, the claim and the response become visible together, or not at
-   all.
+1. Claim K: ``INSERT … ON CONFLICT DO NOTHING``. The unique constraint
+   arbitrates. If another request holds K uncommitted, the INSERT waits (at
+   most ``IDEMPOTENCY_WAIT``) for it to commit (ours then inserts nothing)
+   or to roll back (ours then inserts).
+2. Inserted: K is ours. Run the view and store its response (status, body
+   bytes, Content-Type, Location) on the claim. Commit: the effects, the
+   claim and the response become visible together, or not at all.
+3. Not inserted: read K's record. With the same F, replay its stored bytes;
+   with another F, answer a conflict. Nothing executes; the claim attempt
+   wrote nothing and locked nothing.
 
 A command that fails in its own code is a final answer like any other: its
-effects are rolled back to the savepoint and the error response is stored.
+transaction rolls back (its effects and the claim with them), and a second
+transaction claims K with the error response already in the row. Were
+another copy to claim K between the two, its answer would be K's, and ours
+would be replayed from it. This failure path is rare; the path that is not,
+a successful first execution, costs no savepoint.
+
 A command under which the database itself failed (connection lost,
 deadlock, serialization failure, a lock wait that timed out) commits
 nothing and stores nothing, so a retry executes it once.
@@ -32,10 +37,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import structlog
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import UniqueConstraint
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
@@ -195,29 +201,189 @@ def run_command(
     :raises IdempotencyKeyConflict: the key was used for another request.
     :raises IdempotencyKeyInProgress: the key's first request is still running.
     """
-    # Two rounds at most: a key that expired, or whose holder committed while
-    # we waited, is looked up once more.
-    for _ in range(2):
-        record = _lookup(command)
-        if record is not None and record.is_expired:
-            _forget(record)
-            record = None
+    try:
+        with transaction.atomic():
+            record = _claim_or_find(command)
+            if record is not None:
+                return _replay(command, record, on_replay), Outcome.REPLAYED
+            answer = _execute(execute)
+            _store(command, answer)
+        return answer.response(), Outcome.EXECUTED
+    except _CommandFailed as failed:
+        # The command's effects rolled back, and the claim with them: the
+        # failure is stored in a transaction of its own.
+        answer = _Answer.of(render_exception(failed.__cause__ or failed))
+    with transaction.atomic():
+        record = _claim_or_find(command, answer=answer)
         if record is not None:
+            # Another copy claimed the key between the two transactions and
+            # executed it: its answer is the key's.
             return _replay(command, record, on_replay), Outcome.REPLAYED
-        try:
-            record = _claim_and_execute(command, execute)
-        except _KeyTaken:
-            continue
-        return _response_from(record, replayed=False), Outcome.EXECUTED
-    raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
+    return answer.response(), Outcome.EXECUTED
 
 
-class _KeyTaken(Exception):
-    """Another request committed this key while we were claiming it."""
+@dataclass(frozen=True)
+class _Answer:
+    """A command's response as it is stored and replayed."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, response: HttpResponse) -> "_Answer":
+        return cls(
+            status=response.status_code,
+            body=response.content,
+            headers={
+                "Content-Type": response["Content-Type"],
+                **{name: response[name] for name in STORED_HEADERS if response.has_header(name)},
+            },
+        )
+
+    def response(self) -> HttpResponse:
+        response = HttpResponse(self.body, status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+class _CommandFailed(Exception):
+    """The command failed in its own code; ``__cause__`` is why. A final answer."""
 
 
 class _AnswerTooLarge(Exception):
     """A command answered more than MAX_STORED_RESPONSE_BYTES: a bug in the command."""
+
+
+def _execute(execute: Callable[[], HttpResponse]) -> _Answer:
+    try:
+        response = execute()
+        if len(response.content) > MAX_STORED_RESPONSE_BYTES:
+            raise _AnswerTooLarge(len(response.content))
+    except (OperationalError, InterfaceError):
+        # The database failed under the command: the transaction rolls back,
+        # the claim with it, and nothing is stored; a retry executes once.
+        raise
+    except Exception as exc:
+        raise _CommandFailed() from exc
+    return _Answer.of(response)
+
+
+# Three rounds at most: the key may be found expired (and is claimed anew),
+# or deleted by the purge between our claim and our read of it.
+_ROUNDS = 3
+
+
+def _claim_or_find(command: Command, *, answer: _Answer | None = None) -> IdempotencyKey | None:
+    """Claim the key (None: it is ours now), or the completed record that holds it."""
+    for _ in range(_ROUNDS):
+        if _claim(command, answer):
+            return None
+        record = _lookup(command)
+        if record is None:
+            continue  # purged after our claim saw it
+        if record.is_expired:
+            _forget(record)
+            continue
+        return record
+    raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
+
+
+def _claim(command: Command, answer: _Answer | None) -> bool:
+    """INSERT the key unless it exists: True if this transaction now holds it.
+
+    One statement, ``INSERT … ON CONFLICT DO NOTHING``: the unique index
+    arbitrates. If another transaction holds the key uncommitted, the INSERT
+    waits for it, at most ``IDEMPOTENCY_WAIT``: if it commits, ours inserts
+    nothing (and the caller reads its answer); if it rolls back, ours
+    inserts. A key that exists costs no write and no lock, and a conflict
+    raises nothing, so the transaction goes on with no savepoint.
+
+    On PostgreSQL the same statement first bounds this transaction's waits
+    (:func:`_wait_bounds`), so they hold for the claim's own wait: one round
+    trip instead of two.
+    """
+    now = timezone.now()
+    record = IdempotencyKey(
+        tenant_id=command.principal.tenant_id,
+        principal=command.principal,
+        key=command.key,
+        request_method=command.method,
+        request_path=command.path,
+        fingerprint=command.fingerprint.digest,
+        field_digests=command.fingerprint.field_digests,
+        created_at=now,
+        expires_at=now + policy.key_ttl(),
+    )
+    if answer is not None:
+        record.response_status = answer.status
+        record.response_body = answer.body
+        record.response_headers = answer.headers
+    values = [f.get_db_prep_save(getattr(record, f.attname), connection) for f in _CLAIM_FIELDS]
+    if connection.vendor == "postgresql":
+        values += _wait_bounds()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_claim_sql(connection.vendor), values)
+            return cursor.rowcount == 1
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+            raise IdempotencyKeyInProgress(
+                headers={"Retry-After": policy.in_progress_retry_after()}
+            ) from None
+        raise
+
+
+# Every column but the id: a claim writes the whole row.
+_CLAIM_FIELDS = [f for f in IdempotencyKey._meta.concrete_fields if not f.primary_key]
+
+
+@functools.cache
+def _claim_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    (unique,) = IdempotencyKey._meta.constraints
+    assert isinstance(unique, UniqueConstraint)  # noqa: S101 - a model change must revisit this
+    arbiter = ", ".join(quote(f.column) for f in _CLAIM_FIELDS if f.name in unique.fields)
+    columns = ", ".join(quote(f.column) for f in _CLAIM_FIELDS)
+    placeholders = ", ".join(["%s"] * len(_CLAIM_FIELDS))
+    # On PostgreSQL the row comes out of the query that sets the wait bounds:
+    # they are set before the row is inserted, so they bound the claim's own
+    # wait. Only names from the model are formatted in; every value is bound.
+    source = (
+        f"SELECT {placeholders} FROM ({_WAIT_BOUNDS}) AS bounds"  # noqa: S608
+        if vendor == "postgresql"
+        else f"VALUES ({placeholders})"
+    )
+    return (
+        f"INSERT INTO {quote(IdempotencyKey._meta.db_table)} ({columns}) {source}"
+        f" ON CONFLICT ({arbiter}) DO NOTHING"
+    )
+
+
+# Bounds on how long this transaction waits for locks and may hold them.
+# ``lock_timeout`` turns a wait for another request's claim into an error
+# after ``IDEMPOTENCY_WAIT``; ``statement_timeout`` and
+# ``idle_in_transaction_session_timeout`` make PostgreSQL end a command that
+# hangs with its claim for longer than ``IDEMPOTENCY_LOCK_TIMEOUT``. All
+# three are transaction-local (``set_config(…, true)``): they end with the
+# transaction, and hold behind a transaction-pooling PgBouncer. SQLite has
+# no equivalents: there the connection's busy timeout bounds the wait for
+# its one writer.
+_WAIT_BOUNDS = (
+    "SELECT set_config('lock_timeout', %s, true),"
+    " set_config('statement_timeout', %s, true),"
+    " set_config('idle_in_transaction_session_timeout', %s, true)"
+)
+
+
+def _wait_bounds() -> list[str]:
+    """The values of ``_WAIT_BOUNDS``, read from the settings at each claim."""
+    return [
+        _milliseconds(policy.wait_seconds()),
+        _milliseconds(policy.lock_timeout_seconds()),
+        _milliseconds(policy.lock_timeout_seconds()),
+    ]
 
 
 def _lookup(command: Command) -> IdempotencyKey | None:
@@ -231,90 +397,20 @@ def _forget(record: IdempotencyKey) -> None:
     IdempotencyKey.objects.filter(pk=record.pk, expires_at__lte=timezone.now()).delete()
 
 
-def _claim_and_execute(command: Command, execute: Callable[[], HttpResponse]) -> IdempotencyKey:
-    with transaction.atomic():
-        _bound_waits()
-        record = _claim(command)
-        try:
-            with transaction.atomic():
-                response = execute()
-                if len(response.content) > MAX_STORED_RESPONSE_BYTES:
-                    raise _AnswerTooLarge(len(response.content))
-        except (OperationalError, InterfaceError):
-            # The database failed under the command: roll everything back,
-            # the claim included, and let the client retry.
-            raise
-        except Exception as exc:
-            response = render_exception(exc)
-        _store(record, response)
-        return record
-
-
-def _bound_waits() -> None:
-    """Bound how long this transaction waits for locks and may hold them.
-
-    ``lock_timeout`` turns a wait for another request's claim into an error
-    after ``IDEMPOTENCY_WAIT``; ``statement_timeout`` and
-    ``idle_in_transaction_session_timeout`` make PostgreSQL end a command
-    that hangs with its claim for longer than ``IDEMPOTENCY_LOCK_TIMEOUT``.
-    All three end with the transaction. SQLite has no equivalents: there
-    the connection's busy timeout bounds the wait for its one writer.
-    """
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('lock_timeout', %s, true),"
-            " set_config('statement_timeout', %s, true),"
-            " set_config('idle_in_transaction_session_timeout', %s, true)",
-            [
-                _milliseconds(policy.wait_seconds()),
-                _milliseconds(policy.lock_timeout_seconds()),
-                _milliseconds(policy.lock_timeout_seconds()),
-            ],
-        )
-
-
-def _claim(command: Command) -> IdempotencyKey:
-    now = timezone.now()
-    try:
-        # A savepoint of its own would cost two round trips; none is needed,
-        # because a failed claim abandons the whole transaction.
-        return IdempotencyKey.objects.create(
-            tenant_id=command.principal.tenant_id,
-            principal=command.principal,
-            key=command.key,
-            request_method=command.method,
-            request_path=command.path,
-            fingerprint=command.fingerprint.digest,
-            field_digests=command.fingerprint.field_digests,
-            created_at=now,
-            expires_at=now + policy.key_ttl(),
-        )
-    except IntegrityError:
-        raise _KeyTaken() from None
-    except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
-            raise IdempotencyKeyInProgress(
-                headers={"Retry-After": policy.in_progress_retry_after()}
-            ) from None
-        raise
-
-
-def _store(record: IdempotencyKey, response: HttpResponse) -> None:
-    record.response_status = response.status_code
-    record.response_body = response.content
-    record.response_headers = {
-        "Content-Type": response["Content-Type"],
-        **{name: response[name] for name in STORED_HEADERS if response.has_header(name)},
-    }
-    record.save(update_fields=["response_status", "response_body", "response_headers"])
+def _store(command: Command, answer: _Answer) -> None:
+    IdempotencyKey.objects.filter(
+        tenant_id=command.principal.tenant_id, principal=command.principal, key=command.key
+    ).update(
+        response_status=answer.status,
+        response_body=answer.body,
+        response_headers=answer.headers,
+    )
 
 
 def _replay(command: Command, record: IdempotencyKey, on_replay: ReplayHook | None) -> HttpResponse:
     if record.fingerprint != command.fingerprint.digest:
         raise _conflict(command, record)
-    return _response_from(record, replayed=True, on_replay=on_replay)
+    return _response_from(record, on_replay)
 
 
 def _conflict(command: Command, record: IdempotencyKey) -> IdempotencyKeyConflict:
@@ -332,16 +428,16 @@ def _conflict(command: Command, record: IdempotencyKey) -> IdempotencyKeyConflic
     )
 
 
-def _response_from(
-    record: IdempotencyKey, *, replayed: bool, on_replay: ReplayHook | None = None
-) -> HttpResponse:
-    response = HttpResponse(bytes(record.response_body), status=record.response_status)
-    for name, value in record.response_headers.items():
-        response[name] = value
-    if replayed:
-        response[REPLAYED_HEADER] = "true"
-        if on_replay is not None:
-            response = on_replay(record, response)
+def _response_from(record: IdempotencyKey, on_replay: ReplayHook | None) -> HttpResponse:
+    response = _Answer(
+        # Null only inside the claiming transaction, which no reader ever sees.
+        status=cast(int, record.response_status),
+        body=bytes(record.response_body),
+        headers=record.response_headers,
+    ).response()
+    response[REPLAYED_HEADER] = "true"
+    if on_replay is not None:
+        response = on_replay(record, response)
     return response
 
 

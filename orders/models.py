@@ -1,6 +1,6 @@
 """The catalog, orders and their lines."""
 
-from functools import partial
+from functools import cached_property, partial
 
 from django.db import models
 
@@ -44,6 +44,17 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    # What an answer shows of the order's relations. Read through them
+    # (prefetched by the selectors, so at no query each), unless set by whoever
+    # has just written them: a new order's answer reads nothing back.
+    @cached_property
+    def lines(self) -> list["OrderItem"]:
+        return list(self.items.all())
+
+    @cached_property
+    def payment_ids(self) -> list[str]:
+        return [payment.id for payment in self.payments.all()]
 
 
 class OrderItem(models.Model):

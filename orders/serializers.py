@@ -60,7 +60,7 @@ class OrderLinksOutput(serializers.Serializer):
 class OrderOutput(serializers.ModelSerializer):
     customerId = serializers.CharField(source="customer_id")  # noqa: N815
     totalAmount = serializers.IntegerField(source="total_amount")  # noqa: N815
-    items = OrderItemOutput(many=True)
+    items = OrderItemOutput(many=True, source="lines")
     payments = serializers.SerializerMethodField()
     createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
     updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
@@ -82,7 +82,7 @@ class OrderOutput(serializers.ModelSerializer):
         ]
 
     def get_payments(self, order: Order) -> list[str]:
-        return [payment.id for payment in order.payments.all()]
+        return order.payment_ids
 
     @extend_schema_field(OrderLinksOutput)
     def get_links(self, order: Order) -> dict[str, Any]:

@@ -3,10 +3,12 @@
 Each command is one typed function with a visible transaction. The
 idempotency layer opens the outer transaction (the key's claim, the
 effects and the stored answer commit together), so these blocks nest in
-it. Commands that need the provider record an operation instead of calling
-it: a worker performs the operation later (:func:`charge_payment`,
-:func:`refund_order`), calling the provider outside any transaction and
-recording the outcome in one.
+it, and join it without a savepoint (``savepoint=False``): a command that
+fails is rolled back whole, never resumed after the failed block, so a
+savepoint would only cost two more round trips. Commands that need the
+provider record an operation instead of calling it: a worker performs the
+operation later (:func:`charge_payment`, :func:`refund_order`), calling
+the provider outside any transaction and recording the outcome in one.
 
 Every writer of an order or its payments takes the order's row lock first
 (:func:`_lock_order`), so that they take turns in one order and never
@@ -94,7 +96,7 @@ def create_order(*, tenant: Tenant, new_order: NewOrder) -> Order:
         )
         for position, line in enumerate(new_order.items)
     ]
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         order = Order.objects.create(
             tenant=tenant,
             customer_id=new_order.customer_id,
@@ -104,6 +106,8 @@ def create_order(*, tenant: Tenant, new_order: NewOrder) -> Order:
         for line in lines:
             line.order = order
         OrderItem.objects.bulk_create(lines)
+    order.lines = lines
+    order.payment_ids = []
     return order
 
 
@@ -123,7 +127,7 @@ def cancel_order(*, tenant: Tenant, order_id: str, reason: str = "") -> Cancella
     :raises NoSuchOrder: no such order in this tenant.
     :raises OrderStateConflict: a payment of the order is processing.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         order = _lock_order(order_id, tenant=tenant)
         if order is None:
             raise NoSuchOrder(f"No order {order_id}.")
@@ -183,7 +187,7 @@ def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, 
     :raises CurrencyMismatch: the currency is not the order's.
     :raises AmountMismatch: the amount is not the order's total.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         order = _lock_order(new_payment.order_id, tenant=tenant)
         if order is None:
             raise OrderNotFound(details={"orderId": new_payment.order_id})
@@ -198,7 +202,7 @@ def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, 
         if new_payment.amount != order.total_amount:
             raise AmountMismatch(details={"totalAmount": order.total_amount})
         try:
-            with transaction.atomic():
+            with transaction.atomic(savepoint=False):
                 payment = Payment.objects.create(
                     tenant=tenant,
                     order=order,

@@ -3,6 +3,7 @@
 from typing import Any
 
 import pytest
+from django.db import connection
 from pytest_django import DjangoAssertNumQueries
 
 from tests.support.http import Api, body_of, payment_body
@@ -11,13 +12,13 @@ from tests.support.http import Api, body_of, payment_body
 # (inside a test transaction its outer block would add a savepoint pair).
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Authenticate; look the key up; BEGIN; bound the waits; claim the key;
-# savepoint; read the catalog; savepoint (the service's own block); insert
-# the order and its lines; release; read the lines and payments back for
-# the answer; release; store the response; COMMIT.
-CREATE_ORDER_QUERIES = 16
-# Authenticate and look the key up: a replay takes no lock and writes nothing.
-REPLAY_QUERIES = 2
+# Authenticate; BEGIN; claim the key (bounding the waits in the same
+# statement); read the catalog; insert the order; insert its lines; store
+# the response; COMMIT. No savepoint and nothing read back for the answer.
+CREATE_ORDER_QUERIES = 8
+# Authenticate; BEGIN; the claim, which finds the key and writes nothing;
+# read the stored answer; COMMIT.
+REPLAY_QUERIES = 5
 
 
 def test_creating_an_order_costs_a_fixed_number_of_queries(
@@ -31,19 +32,29 @@ def test_creating_an_order_costs_a_fixed_number_of_queries(
     assert response.status_code == 201
 
 
-def test_a_replay_costs_two_queries_and_writes_nothing(
+def test_a_replay_costs_five_queries_and_writes_nothing(
     api: Api, order_body: dict[str, Any], django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     api.post("/v1/orders", order_body, key="K")
+    before = _key_row_versions()
 
     with django_assert_num_queries(REPLAY_QUERIES) as captured:
         response = api.post("/v1/orders", order_body, key="K")
 
     assert response["Idempotent-Replayed"] == "true"
-    assert all(q["sql"].startswith("SELECT") for q in captured.captured_queries)
+    assert not any(q["sql"].startswith(("UPDATE", "DELETE")) for q in captured.captured_queries)
+    # The same row version, and no row lock taken on it (a lock sets xmax).
+    assert _key_row_versions() == before
+    assert [xmax for _, xmax in before] == ["0"]
 
 
-def test_a_conflict_costs_two_queries(
+def _key_row_versions() -> list[tuple[str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text, xmax::text FROM idempotency_idempotencykey")
+        return cursor.fetchall()
+
+
+def test_a_conflict_costs_what_a_replay_costs(
     api: Api, order_body: dict[str, Any], django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     api.post("/v1/orders", order_body, key="K")
@@ -55,13 +66,11 @@ def test_a_conflict_costs_two_queries(
     assert response.status_code == 409
 
 
-# Authenticate; look the key up; BEGIN; bound the waits; claim; savepoint;
-# savepoint (the service's block); lock the order; savepoint; insert the
-# payment; release; insert the operation; release; release; store the
-# response; COMMIT.
-START_PAYMENT_QUERIES = 16
+# Authenticate; BEGIN; claim; lock the order; insert the payment; insert
+# the operation; store the response; COMMIT.
+START_PAYMENT_QUERIES = 8
 # A replay of an asynchronous command also reads its operation's status.
-ASYNC_REPLAY_QUERIES = 3
+ASYNC_REPLAY_QUERIES = REPLAY_QUERIES + 1
 
 
 def test_starting_a_payment_costs_a_fixed_number_of_queries(
