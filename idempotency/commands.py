@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 
 import structlog
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import UniqueConstraint
+from django.db.models import Field, UniqueConstraint
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
@@ -305,22 +305,21 @@ def _claim(command: Command, answer: _Answer | None) -> bool:
     trip instead of two.
     """
     now = timezone.now()
-    record = IdempotencyKey(
-        tenant_id=command.principal.tenant_id,
-        principal=command.principal,
-        key=command.key,
-        request_method=command.method,
-        request_path=command.path,
-        fingerprint=command.fingerprint.digest,
-        field_digests=command.fingerprint.field_digests,
-        created_at=now,
-        expires_at=now + policy.key_ttl(),
-    )
-    if answer is not None:
-        record.response_status = answer.status
-        record.response_body = answer.body
-        record.response_headers = answer.headers
-    values = [f.get_db_prep_save(getattr(record, f.attname), connection) for f in _CLAIM_FIELDS]
+    row = {
+        "tenant": command.principal.tenant_id,
+        "principal": command.principal.pk,
+        "key": command.key,
+        "request_method": command.method,
+        "request_path": command.path,
+        "fingerprint": command.fingerprint.digest,
+        "field_digests": command.fingerprint.field_digests,
+        "response_status": answer.status if answer else None,
+        "response_body": answer.body if answer else b"",
+        "response_headers": answer.headers if answer else {},
+        "created_at": now,
+        "expires_at": now + policy.key_ttl(),
+    }
+    values = [f.get_db_prep_save(row[f.name], connection) for f in _CLAIM_FIELDS]
     if connection.vendor == "postgresql":
         values += _wait_bounds()
     try:
@@ -339,12 +338,30 @@ def _claim(command: Command, answer: _Answer | None) -> bool:
 _CLAIM_FIELDS = [f for f in IdempotencyKey._meta.concrete_fields if not f.primary_key]
 
 
+def _field(name: str) -> "Field[Any, Any]":
+    return next(f for f in _CLAIM_FIELDS if f.name == name)
+
+
+@functools.cache
+def _store_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    columns = ["response_status", "response_body", "response_headers"]
+    assignments = ", ".join(f"{quote(_field(name).column)} = %s" for name in columns)
+    key = " AND ".join(f"{quote(_field(name).column)} = %s" for name in _unique_fields())
+    return f"UPDATE {quote(IdempotencyKey._meta.db_table)} SET {assignments} WHERE {key}"  # noqa: S608
+
+
+def _unique_fields() -> list[str]:
+    """(tenant, principal, key): the claim's unique constraint, which arbitrates."""
+    (unique,) = IdempotencyKey._meta.constraints
+    assert isinstance(unique, UniqueConstraint)  # noqa: S101 - a model change must revisit this
+    return list(unique.fields)
+
+
 @functools.cache
 def _claim_sql(vendor: str) -> str:
     quote = connection.ops.quote_name
-    (unique,) = IdempotencyKey._meta.constraints
-    assert isinstance(unique, UniqueConstraint)  # noqa: S101 - a model change must revisit this
-    arbiter = ", ".join(quote(f.column) for f in _CLAIM_FIELDS if f.name in unique.fields)
+    arbiter = ", ".join(quote(_field(name).column) for name in _unique_fields())
     columns = ", ".join(quote(f.column) for f in _CLAIM_FIELDS)
     placeholders = ", ".join(["%s"] * len(_CLAIM_FIELDS))
     # On PostgreSQL the row comes out of the query that sets the wait bounds:
@@ -398,13 +415,24 @@ def _forget(record: IdempotencyKey) -> None:
 
 
 def _store(command: Command, answer: _Answer) -> None:
-    IdempotencyKey.objects.filter(
-        tenant_id=command.principal.tenant_id, principal=command.principal, key=command.key
-    ).update(
-        response_status=answer.status,
-        response_body=answer.body,
-        response_headers=answer.headers,
-    )
+    """Put the answer on the claim: one UPDATE by the claim's unique key.
+
+    Plain SQL, not the ORM's ``update()``, which would compile the same
+    statement anew for every command: this is the hot path.
+    """
+    values = [
+        _field(name).get_db_prep_save(value, connection)
+        for name, value in [
+            ("response_status", answer.status),
+            ("response_body", answer.body),
+            ("response_headers", answer.headers),
+        ]
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _store_sql(connection.vendor),
+            [*values, command.principal.tenant_id, command.principal.pk, command.key],
+        )
 
 
 def _replay(command: Command, record: IdempotencyKey, on_replay: ReplayHook | None) -> HttpResponse:
