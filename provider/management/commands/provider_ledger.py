@@ -2,6 +2,7 @@ import json
 from typing import Any
 
 from django.core.management.base import BaseCommand
+from django.db import transaction
 
 from provider.models import LedgerEntry
 
@@ -12,6 +13,15 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # .iterator() streams through a server-side cursor. Inside a
+        # transaction the cursor lives and dies with it; outside one Django
+        # declares it WITH HOLD, to be read by later transactions that a
+        # transaction-pooling PgBouncer may hand to another server session,
+        # where it does not exist. One transaction is also one snapshot.
+        with transaction.atomic():
+            self._print_entries()
+
+    def _print_entries(self) -> None:
         for entry in LedgerEntry.objects.iterator():
             self.stdout.write(
                 json.dumps(
