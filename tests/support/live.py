@@ -58,14 +58,20 @@ def serve(
     web_workers: int = 2,
     celery: bool = False,
     gunicorn_args: Sequence[str] = (),
+    app: str = "config.wsgi:application",
+    host: str = "127.0.0.1",
+    port: int | None = None,
 ) -> Iterator[LiveService]:
     """Start gunicorn (and a Celery worker) with ``env``; stop them on exit.
 
     ``gunicorn_args`` are added to gunicorn's command line, where they take
-    precedence over config/gunicorn.py (``--worker-class sync``).
+    precedence over config/gunicorn.py (``--worker-class sync``); ``app`` is
+    the WSGI application (the bench serves one of its own). gunicorn
+    listens on ``host`` (another loopback address, 127.0.0.2, stands for
+    another machine) and ``port``, a free one unless given.
     """
-    port = free_port()
-    env = {**env, "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(web_workers)}
+    port = port or free_port()
+    env = {**env, "BIND": f"{host}:{port}", "WEB_CONCURRENCY": str(web_workers)}
     processes = [
         subprocess.Popen(
             [
@@ -73,7 +79,7 @@ def serve(
                 "-c",
                 "config/gunicorn.py",
                 *gunicorn_args,
-                "config.wsgi:application",
+                app,
             ],
             cwd=ROOT,
             env=env,
@@ -95,7 +101,7 @@ def serve(
             )
         )
     try:
-        service = LiveService(base_url=f"http://127.0.0.1:{port}")
+        service = LiveService(base_url=f"http://{host}:{port}")
         wait_until_healthy(service, processes)
         yield service
     finally:
