@@ -99,8 +99,10 @@ faults: install-dev
 	  $(BIN)/pytest tests/faults
 
 ## bench: ratios of what idempotency costs, and 202-to-succeeded of a payment,
-## on PostgreSQL and Redis (a database of its own, order_service_bench).
+## on PostgreSQL and Redis (a database of its own, order_service_bench), driven
+## by wrk (Debian's package, installed here when missing).
 bench: install-dev
+	@command -v wrk >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk; }
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench
 
 ## fuzz: schemathesis against a running service (such as `make run`'s), with an

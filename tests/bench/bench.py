@@ -1,12 +1,17 @@
 """Benchmark: what idempotency costs, as ratios (``make bench``, ``python -m tests.bench``).
 
 Starts the service as deployed (gunicorn and a Celery worker) on a
-PostgreSQL database of its own and the Redis broker, then measures:
+PostgreSQL database of its own and the Redis broker, with one endpoint
+more (tests/bench/urls.py): ``POST /bench/unguarded/orders``, the same
+create-order view without the idempotency guard. Then it measures, with
+wrk driving 16 connections, in rounds that interleave the four loads so
+that a drift of the machine spreads over all of them:
 
-- a replay against a first execution of ``POST /v1/orders`` (the guard's
-  fast path should be much cheaper than doing the work);
-- a first execution against a plain read, ``GET /v1/orders/{id}``;
-- replays against first executions under 32 concurrent clients;
+- first executions of ``POST /v1/orders`` (a fresh key each) against the
+  same requests unguarded: what the guard costs where it matters, since
+  almost every command is a first execution;
+- replays of one ``POST /v1/orders`` against first executions, and against
+  reads of the same order, ``GET /v1/orders/{id}``;
 - the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment;
 - what a hostile body of 1 MiB costs: parsing, fingerprinting and field
   digests in this process for each shape of tests/support/hostile_bodies.py,
@@ -16,22 +21,28 @@ Not a test: timings belong here, not in assertions.
 """
 
 import gc
+import json
 import os
 import statistics
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import requests
 
+from tests.bench import wrk
 from tests.support.live import base_env, manage, serve
 
 DATABASE = "order_service_bench"
 SERVER_URL = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
 BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
 ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
+# Rounds of the four loads, and each load's seconds in a round.
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "6"))
 
 
 def main() -> None:
@@ -45,7 +56,7 @@ def main() -> None:
     manage("migrate", "--noinput", env=env)
     manage("seed_demo", env=env)
     token = manage("create_api_client", "bench", "bench", env=env).strip().splitlines()[-1]
-    with serve(env, web_workers=2, celery=True) as service:
+    with serve(env, web_workers=2, celery=True, app="tests.bench.wsgi:application") as service:
         bench = Bench(service.base_url, token)
         bench.run()
         bench.hostile_bodies()
@@ -60,6 +71,7 @@ def _fresh_database() -> None:
 class Bench:
     def __init__(self, base_url: str, token: str) -> None:
         self.base_url = base_url
+        self.token = token
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
 
@@ -69,30 +81,65 @@ class Bench:
         )
 
     def run(self) -> None:
-        n = 300
-        for _ in range(50):  # warm up connections and code paths
-            self.post("/v1/orders", ORDER, uuid.uuid4().hex)
         order_id = self.post("/v1/orders", ORDER, "replayed").json()["orderId"]
-
-        create = self.timed(n, lambda: self.post("/v1/orders", ORDER, uuid.uuid4().hex))
-        replay = self.timed(n, lambda: self.post("/v1/orders", ORDER, "replayed"))
-        read = self.timed(
-            n, lambda: self.session.get(f"{self.base_url}/v1/orders/{order_id}", timeout=30)
-        )
-        create_rate = self.throughput(32, 600, lambda i: self.post("/v1/orders", ORDER, f"c{i}"))
-        replay_rate = self.throughput(32, 600, lambda i: self.post("/v1/orders", ORDER, "replayed"))
+        headers = {"Authorization": f"Bearer {self.token}"}
+        command = {**headers, "Content-Type": "application/json"}
+        body = json.dumps(ORDER)
+        loads = {
+            "guarded": wrk.Load("POST", "/v1/orders", command, body, fresh_keys=True),
+            "unguarded": wrk.Load("POST", "/bench/unguarded/orders", command, body),
+            "replay": wrk.Load("POST", "/v1/orders", command, body, key="replayed"),
+            "read": wrk.Load("GET", f"/v1/orders/{order_id}", headers),
+        }
+        for load in loads.values():  # warm up connections, caches and code paths
+            wrk.run(self.base_url, load, seconds=2)
+        results: dict[str, list[wrk.Result]] = {name: [] for name in loads}
+        names = list(loads)
+        for round_ in range(ROUNDS):
+            # Each round starts with another load, so none always runs first.
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                results[name].append(wrk.run(self.base_url, loads[name], seconds=SECONDS))
+        costs = {name: self.cost_of(load) for name, load in loads.items()}
         to_succeeded = self.payment_latencies(20)
 
-        print(f"median latency, sequential ({n} requests each):")
-        print(f"  first execution  POST /v1/orders   {create:7.2f} ms")
-        print(f"  replay           POST /v1/orders   {replay:7.2f} ms")
-        print(f"  read             GET  /v1/orders/… {read:7.2f} ms")
-        print(f"  replay / first execution           {replay / create:7.2f}")
-        print(f"  first execution / read             {create / read:7.2f}")
-        print("throughput, 32 concurrent clients:")
-        print(f"  first executions {create_rate:7.0f} req/s")
-        print(f"  replays          {replay_rate:7.0f} req/s")
-        print(f"  replays / first executions         {replay_rate / create_rate:7.2f}")
+        rates = {name: [r.rate for r in rs] for name, rs in results.items()}
+        print(
+            f"throughput, wrk with 16 connections, {ROUNDS} interleaved rounds of {SECONDS:g} s"
+            " (median, range; p50 and p99 latency of the median round):"
+        )
+        labels = {
+            "guarded": "first execution  POST /v1/orders",
+            "unguarded": "unguarded        POST /bench/unguarded/orders",
+            "replay": "replay           POST /v1/orders",
+            "read": "read             GET  /v1/orders/{id}",
+        }
+        for name, label in labels.items():
+            median = _median_result(results[name])
+            print(
+                f"  {label:46s} {statistics.median(rates[name]):6.0f} req/s"
+                f" ({min(rates[name]):.0f}-{max(rates[name]):.0f})"
+                f"  p50 {median.p50_ms:5.1f} ms  p99 {median.p99_ms:5.1f} ms"
+            )
+        print("ratios (median of the rounds' ratios, range):")
+        for label, over, under in [
+            ("guarded / unguarded first executions", "guarded", "unguarded"),
+            ("replays / first executions", "replay", "guarded"),
+            ("replays / reads", "replay", "read"),
+        ]:
+            ratios = [a / b for a, b in zip(rates[over], rates[under], strict=True)]
+            print(
+                f"  {label:40s} {statistics.median(ratios):5.2f}"
+                f" ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+        print(f"where the time goes, per request ({SECONDS:g} s of each load, read from /proc):")
+        print(f"  {'':46s} {'gunicorn':>9s} {'PostgreSQL':>11s} {'wrk':>6s} {'WAL':>8s}")
+        for name, label in labels.items():
+            cost = costs[name]
+            print(
+                f"  {label:46s} {cost.python_ms:6.2f} ms {cost.postgres_ms:8.2f} ms"
+                f" {cost.wrk_ms:6.2f} {cost.wal_bytes:6.0f} B"
+            )
+        print(f"  a stored key takes {costs['guarded'].key_row_bytes:.0f} bytes, indexes included")
         print("payment (pm_card_ok), 202 to succeeded, 20 payments:")
         print(f"  median {statistics.median(to_succeeded):7.1f} ms")
         print(f"  max    {max(to_succeeded):7.1f} ms")
@@ -167,13 +214,39 @@ class Bench:
             response.raise_for_status()
         return statistics.median(samples)
 
-    def throughput(self, clients: int, total: int, call: Any) -> float:
-        run = uuid.uuid4().hex
-        started = time.perf_counter()
-        with ThreadPoolExecutor(clients) as pool:
-            for response in pool.map(lambda i: call(f"{run}-{i}"), range(total)):
-                response.raise_for_status()
-        return total / (time.perf_counter() - started)
+    def cost_of(self, load: wrk.Load) -> "Cost":
+        """CPU (per process kind) and WAL that each request of ``load`` costs.
+
+        Read from /proc around one wrk run: the gunicorn processes that
+        serve the bench's application, the PostgreSQL backends connected to
+        the bench's database, and wrk itself (a child of this process). The
+        CPU of processes that ended meanwhile is counted too: gunicorn
+        recycles its workers, and PostgreSQL ends their connections.
+        """
+        with psycopg.connect(f"{SERVER_URL}/{DATABASE}", autocommit=True) as conn:
+            postmaster = _postmaster_pid(conn)
+            wal_before = _scalar(conn, "SELECT pg_current_wal_lsn()")
+            python, postgres = _cpu_seconds("tests.bench.wsgi"), _postgres_cpu(postmaster)
+            children = _children_cpu()
+            result = wrk.run(self.base_url, load, seconds=SECONDS)
+            children = _children_cpu() - children
+            python = _cpu_seconds("tests.bench.wsgi") - python
+            postgres = _postgres_cpu(postmaster) - postgres
+            wal = _scalar(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal_before])
+            key_row = _scalar(
+                conn,
+                "SELECT pg_total_relation_size('idempotency_idempotencykey')"
+                " / greatest(count(*), 1) FROM idempotency_idempotencykey",
+            )
+        n = result.requests
+        return Cost(
+            requests=n,
+            python_ms=python * 1000 / n,
+            postgres_ms=postgres * 1000 / n,
+            wrk_ms=children * 1000 / n,
+            wal_bytes=float(wal) / n,
+            key_row_bytes=float(key_row),
+        )
 
     def payment_latencies(self, n: int) -> list[float]:
         latencies = []
@@ -193,3 +266,71 @@ class Bench:
                 time.sleep(0.002)
             latencies.append((time.perf_counter() - received) * 1000)
         return latencies
+
+
+def _median_result(results: list[wrk.Result]) -> wrk.Result:
+    return sorted(results, key=lambda r: r.rate)[len(results) // 2]
+
+
+@dataclass(frozen=True)
+class Cost:
+    requests: int
+    python_ms: float
+    postgres_ms: float
+    wrk_ms: float
+    wal_bytes: float
+    key_row_bytes: float
+
+
+def _cpu_seconds(marker: str) -> float:
+    """CPU so far of the live processes whose command line names ``marker``, and of
+    the children they reaped."""
+    return sum(
+        _cpu_of(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and marker in _command_line(entry.name)
+    )
+
+
+def _postgres_cpu(postmaster: int) -> float:
+    """CPU so far of the bench database's backends, and of those that ended.
+
+    Backends that ended are in the postmaster's reaped children, with those
+    of every other database: the figure is right on a machine left alone.
+    """
+    return _cpu_seconds(DATABASE) + _cpu_of(str(postmaster), own=False)
+
+
+def _cpu_of(pid: str, *, own: bool = True) -> float:
+    """User and system CPU of a process (``own``) and of the children it reaped."""
+    try:
+        # After the name in parentheses: the state is field 3 of stat(5), and
+        # utime, stime, cutime and cstime fields 14 to 17.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0  # ended meanwhile
+    ticks = (int(fields[11]) + int(fields[12]) if own else 0) + int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _command_line(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _children_cpu() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def _postmaster_pid(conn: psycopg.Connection[Any]) -> int:
+    data_directory = _scalar(conn, "SHOW data_directory")
+    return int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
+
+
+def _scalar(conn: psycopg.Connection[Any], sql: str, params: list[Any] | None = None) -> Any:
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None
+    return row[0]

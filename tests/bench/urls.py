@@ -1,0 +1,28 @@
+"""The service's URLs, and beside them the baseline the guard is measured against.
+
+``POST /bench/unguarded/orders`` runs the very view method of ``POST
+/v1/orders`` (the function under its decorators: same authentication,
+parsing, validation, service call and answer) without
+``@idempotent_command``. What a first execution costs over it is what the
+guard costs: the key's parsing, the fingerprint, the claim and the stored
+answer.
+"""
+
+import inspect
+
+from django.urls import path
+from rest_framework.views import APIView
+
+from config.urls import urlpatterns as service_urlpatterns
+from orders.views import OrderCollection
+
+
+class UnguardedOrders(APIView):
+    # Below @idempotent_command (functools.wraps keeps what it wraps).
+    post = inspect.unwrap(OrderCollection.post)
+
+
+urlpatterns = [
+    path("bench/unguarded/orders", UnguardedOrders.as_view()),
+    *service_urlpatterns,
+]
