@@ -160,6 +160,11 @@ IDEMPOTENCY_WAIT = env.float("IDEMPOTENCY_WAIT", default=2.0)
 # database ends a transaction that runs or idles longer, which releases the
 # key of a hung process; a dead process releases it at once.
 IDEMPOTENCY_LOCK_TIMEOUT = env.float("IDEMPOTENCY_LOCK_TIMEOUT", default=30.0)
+# Seconds the purge of expired keys waits between two batches of deletes:
+# with 50 ms a purge of a million keys leaves the database to commands for
+# more than half of its time, and their p99 within 2x of its usual value
+# (measured: idempotency/services.py).
+IDEMPOTENCY_PURGE_PAUSE = env.float("IDEMPOTENCY_PURGE_PAUSE", default=0.05)
 
 # --- Payments -------------------------------------------------------------
 
