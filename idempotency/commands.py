@@ -160,8 +160,14 @@ _PATH_PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
 def command_name(request: Request) -> str:
     """``POST /v1/orders/{order_id}/cancel``: the route, not the path, to keep labels few."""
     match = request.resolver_match
-    route = _PATH_PARAMETER.sub(r"{\1}", match.route) if match is not None else request.path
+    route = _route_template(match.route) if match is not None else request.path
     return f"{request.method} /{route.lstrip('/')}"
+
+
+# The URL configuration's routes are few and fixed: each is rewritten once.
+@functools.lru_cache(maxsize=256)
+def _route_template(route: str) -> str:
+    return _PATH_PARAMETER.sub(r"{\1}", route)
 
 
 def _read_command(request: Request) -> Command:
