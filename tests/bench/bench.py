@@ -33,12 +33,9 @@ from typing import Any
 import psycopg
 import requests
 
-from tests.bench import wrk
-from tests.support.live import base_env, manage, serve
+from tests.bench import service, wrk
 
 DATABASE = "order_service_bench"
-SERVER_URL = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
-BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
 ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
 # Rounds of the four loads, and each load's seconds in a round.
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -46,26 +43,11 @@ SECONDS = float(os.environ.get("BENCH_SECONDS", "6"))
 
 
 def main() -> None:
-    _fresh_database()
-    env = base_env(
-        DATABASE_URL=f"{SERVER_URL}/{DATABASE}",
-        CELERY_BROKER_URL=BROKER_URL,
-        SECRET_KEY="bench-" + uuid.uuid4().hex,
-        LOG_LEVEL="WARNING",
-    )
-    manage("migrate", "--noinput", env=env)
-    manage("seed_demo", env=env)
-    token = manage("create_api_client", "bench", "bench", env=env).strip().splitlines()[-1]
-    with serve(env, web_workers=2, celery=True, app="tests.bench.wsgi:application") as service:
-        bench = Bench(service.base_url, token)
+    env, token = service.prepare(DATABASE)
+    with service.serving(env, celery=True, app="tests.bench.wsgi:application") as live:
+        bench = Bench(live.base_url, token)
         bench.run()
         bench.hostile_bodies()
-
-
-def _fresh_database() -> None:
-    with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DATABASE}")
 
 
 class Bench:
@@ -93,6 +75,10 @@ class Bench:
         }
         for load in loads.values():  # warm up connections, caches and code paths
             wrk.run(self.base_url, load, seconds=2)
+        # What earlier work left dirty in PostgreSQL's buffers is written now,
+        # not by a checkpoint in the middle of the rounds.
+        with psycopg.connect(service.database_url(DATABASE), autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
         results: dict[str, list[wrk.Result]] = {name: [] for name in loads}
         names = list(loads)
         for round_ in range(ROUNDS):
@@ -104,7 +90,8 @@ class Bench:
 
         rates = {name: [r.rate for r in rs] for name, rs in results.items()}
         print(
-            f"throughput, wrk with 16 connections, {ROUNDS} interleaved rounds of {SECONDS:g} s"
+            f"throughput, wrk with 16 clients (a connection per request), {ROUNDS} interleaved"
+            f" rounds of {SECONDS:g} s"
             " (median, range; p50 and p99 latency of the median round):"
         )
         labels = {
@@ -223,7 +210,7 @@ class Bench:
         CPU of processes that ended meanwhile is counted too: gunicorn
         recycles its workers, and PostgreSQL ends their connections.
         """
-        with psycopg.connect(f"{SERVER_URL}/{DATABASE}", autocommit=True) as conn:
+        with psycopg.connect(service.database_url(DATABASE), autocommit=True) as conn:
             postmaster = _postmaster_pid(conn)
             wal_before = _scalar(conn, "SELECT pg_current_wal_lsn()")
             python, postgres = _cpu_seconds("tests.bench.wsgi"), _postgres_cpu(postmaster)

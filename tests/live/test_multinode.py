@@ -31,7 +31,14 @@ from tests.support.balancer import Balancer, balance, port_free_on_every_address
 from tests.support.concurrency import run_concurrently
 from tests.support.edge import nginx
 from tests.support.http import ORDER, Api, payment_body
-from tests.support.live import BIN, ROOT, LiveService, serve, stop, suite_database_env
+from tests.support.live import (
+    ROOT,
+    LiveService,
+    celery_worker_command,
+    serve,
+    stop,
+    suite_database_env,
+)
 
 # Transactional: the nodes and workers are other processes, which see only
 # what is committed.
@@ -84,20 +91,7 @@ def answering_workers() -> set[str]:
 def celery_workers(envs: Mapping[str, Mapping[str, str]]) -> Iterator[list[str]]:
     """A Celery worker process per name (``-n name@%h``); yields the node names once all answer."""
     processes = [
-        subprocess.Popen(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "config",
-                "worker",
-                "--pool=solo",
-                "--loglevel=WARNING",
-                "-n",
-                f"{name}@%h",
-            ],
-            cwd=ROOT,
-            env=dict(env),
-        )
+        subprocess.Popen(celery_worker_command(name), cwd=ROOT, env=dict(env))
         for name, env in envs.items()
     ]
     try:

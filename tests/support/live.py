@@ -86,26 +86,19 @@ def serve(
         )
     ]
     if celery:
-        processes.append(
-            subprocess.Popen(
-                [
-                    str(BIN / "celery"),
-                    "-A",
-                    "config",
-                    "worker",
-                    "--pool=solo",
-                    "--loglevel=WARNING",
-                ],
-                cwd=ROOT,
-                env=env,
-            )
-        )
+        processes.append(subprocess.Popen(celery_worker_command(), cwd=ROOT, env=env))
     try:
         service = LiveService(base_url=f"http://{host}:{port}")
         wait_until_healthy(service, processes)
         yield service
     finally:
         stop(processes)
+
+
+def celery_worker_command(name: str | None = None) -> list[str]:
+    """A Celery worker as the tests run it: one process (solo), named ``name@host`` if given."""
+    command = [str(BIN / "celery"), "-A", "config", "worker", "--pool=solo", "--loglevel=WARNING"]
+    return [*command, "-n", f"{name}@%h"] if name else command
 
 
 def wait_until_healthy(
