@@ -6,7 +6,6 @@
   as ``make run`` starts it: the walkthrough of the README and a storm.
 """
 
-import json
 import time
 from collections.abc import Iterator
 
@@ -16,20 +15,18 @@ import requests
 from orders.models import Order
 from tests.support.concurrency import run_concurrently
 from tests.support.http import ORDER, Api
-from tests.support.live import LiveService, base_env, manage, serve, suite_database_env
+from tests.support.live import (
+    LiveService,
+    base_env,
+    manage,
+    post_command,
+    serve,
+    suite_database_env,
+)
 
 
 def post(service: LiveService, token: str, key: str, body: dict) -> requests.Response:
-    return requests.post(
-        service.url("/v1/orders"),
-        data=json.dumps(body),
-        headers={
-            "Authorization": f"Bearer {token}",
-            "Idempotency-Key": key,
-            "Content-Type": "application/json",
-        },
-        timeout=30,
-    )
+    return post_command(service.url("/v1/orders"), body, token=token, key=key)
 
 
 @pytest.fixture(scope="module")

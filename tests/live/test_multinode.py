@@ -35,6 +35,7 @@ from tests.support.live import (
     ROOT,
     LiveService,
     celery_worker_command,
+    post_command,
     serve,
     stop,
     suite_database_env,
@@ -133,16 +134,7 @@ def cluster(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def post(cluster: Cluster, path: str, token: str, key: str, body: Any) -> requests.Response:
-    return requests.post(
-        cluster.url(path),
-        data=json.dumps(body),
-        headers={
-            "Authorization": f"Bearer {token}",
-            "Idempotency-Key": key,
-            "Content-Type": "application/json",
-        },
-        timeout=60,
-    )
+    return post_command(cluster.url(path), body, token=token, key=key, timeout=60)
 
 
 def place_order(cluster: Cluster, token: str, key: str) -> dict[str, Any]:

@@ -39,7 +39,14 @@ from idempotency.models import IdempotencyKey
 from orders.models import Order, Payment
 from tests.support.concurrency import run_concurrently, wait_until
 from tests.support.http import ORDER, Api, payment_body
-from tests.support.live import LiveService, manage, serve, suite_database_env, suite_database_url
+from tests.support.live import (
+    LiveService,
+    manage,
+    post_command,
+    serve,
+    suite_database_env,
+    suite_database_url,
+)
 from tests.support.pooler import Console, PgBouncer, pgbouncer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,12 +97,7 @@ class Remote:
     api: Api
 
     def post(self, path: str, body: Any, *, key: str) -> requests.Response:
-        return requests.post(
-            self.service.url(path),
-            data=json.dumps(body),
-            headers=self.api.headers(key, **{"Content-Type": "application/json"}),
-            timeout=30,
-        )
+        return post_command(self.service.url(path), body, token=self.api.token, key=key)
 
     def get(self, path: str) -> requests.Response:
         return requests.get(self.service.url(path), headers=self.api.headers(), timeout=30)

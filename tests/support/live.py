@@ -1,5 +1,6 @@
 """The service as deployed: gunicorn (and a Celery worker) in their own processes."""
 
+import json
 import os
 import socket
 import subprocess
@@ -30,6 +31,22 @@ class LiveService:
         """(host, port), for a raw socket."""
         host, port = self.base_url.removeprefix("http://").rsplit(":", 1)
         return host, int(port)
+
+
+def post_command(
+    url: str, body: Any, *, token: str, key: str, timeout: float = 30
+) -> requests.Response:
+    """A command as a client sends it over HTTP: a JSON body, a bearer token, a key."""
+    return requests.post(
+        url,
+        data=json.dumps(body),
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Idempotency-Key": key,
+            "Content-Type": "application/json",
+        },
+        timeout=timeout,
+    )
 
 
 def free_port() -> int:
