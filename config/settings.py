@@ -291,6 +291,10 @@ back as `cursor`; `pageSize` is an integer from 1 to 200 (default 50).
         {"name": "orders", "description": "Place, read and cancel orders."},
         {"name": "payments", "description": "Pay orders; charged asynchronously."},
         {"name": "operations", "description": "Poll asynchronous work."},
+        {
+            "name": "idempotency",
+            "description": "What became of an Idempotency-Key: look a command up by its key.",
+        },
     ],
     # Several models have a `status`; each enum gets its model's name.
     "ENUM_NAME_OVERRIDES": {

@@ -13,6 +13,7 @@ register_converter(ResourceIdConverter, "id")
 urlpatterns = [
     path("v1/", include("orders.urls")),
     path("v1/", include("operations.urls")),
+    path("v1/", include("idempotency.urls")),
     # Public, offline docs (SPECTACULAR_SETTINGS: no authentication, sidecar assets).
     path("v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

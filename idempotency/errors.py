@@ -1,6 +1,6 @@
 """The refusals of the idempotency layer (contract section 3)."""
 
-from api.errors import ApplicationError
+from api.errors import ApplicationError, NotFound
 from idempotency.policy import MAX_KEY_LENGTH
 
 
@@ -36,3 +36,9 @@ class IdempotencyKeyInProgress(ApplicationError):
         "A request with this Idempotency-Key is still being processed; retry after the "
         "Retry-After delay."
     )
+
+
+class NoSuchIdempotencyKey(NotFound):
+    """The look-up's key names none of the caller's completed, unexpired keys (rule 11)."""
+
+    default_message = "You have no completed idempotency key by that name that has not expired."

@@ -9,7 +9,8 @@ from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyRequired
 from idempotency.policy import MAX_KEY_LENGTH
 
 HEADER = "Idempotency-Key"
-_VALID_KEY = re.compile(rf"[!-~]{{1,{MAX_KEY_LENGTH}}}")
+# A key, as the header carries it in its plain form (contract rule 1).
+KEY_PATTERN = re.compile(rf"[!-~]{{1,{MAX_KEY_LENGTH}}}")
 
 
 def parse_idempotency_key(raw: str | None) -> str:
@@ -32,6 +33,6 @@ def parse_idempotency_key(raw: str | None) -> str:
         value = item[0]
         if not isinstance(value, str):
             raise IdempotencyKeyInvalid()
-    if not _VALID_KEY.fullmatch(value):
+    if not KEY_PATTERN.fullmatch(value):
         raise IdempotencyKeyInvalid()
     return value

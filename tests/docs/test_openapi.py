@@ -101,7 +101,7 @@ def test_command_409_names_every_conflict_it_can_answer(schema: dict[str, Any]) 
 def test_every_read_documents_401_and_404_or_for_a_list_400(schema: dict[str, Any]) -> None:
     reads = operations(schema, ("get",))
 
-    assert len(reads) == 4
+    assert len(reads) == 5
     for path, method, operation in reads:
         for status in ("401", "404" if "{" in path else "400"):
             content = operation["responses"][status]["content"]

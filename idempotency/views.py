@@ -1,0 +1,19 @@
+"""The look-up of an idempotency key (contract rule 11): a read, not a command.
+
+Its OpenAPI description is in idempotency/schema.py.
+"""
+
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.authentication import principal_of
+from idempotency import schema, selectors
+from idempotency.serializers import IdempotencyKeyOutput
+
+
+class IdempotencyKeyDetail(APIView):
+    @schema.get_idempotency_key
+    def get(self, request: Request, key: str) -> Response:
+        record = selectors.get_idempotency_key(principal=principal_of(request), key=key)
+        return Response(IdempotencyKeyOutput(record).data)
