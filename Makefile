@@ -37,8 +37,11 @@ $(VENV)/.runtime: requirements.lock pyproject.toml $(VENV)/.python
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-$(VENV)/.dev: requirements-dev.lock $(VENV)/.runtime
+# The Python client (client/) is a package of its own; its one dependency,
+# httpx, comes locked with the dev tools.
+$(VENV)/.dev: requirements-dev.lock client/pyproject.toml $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.lock
+	$(PY) -m pip install --quiet --no-deps -e client
 	touch $@
 
 install: $(VENV)/.runtime
@@ -87,6 +90,7 @@ test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES) tests
+	$(BIN)/mypy --config-file client/pyproject.toml client/order_service_client
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest $(PYTEST_ARGS)
@@ -116,6 +120,7 @@ lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES) tests
+	$(BIN)/mypy --config-file client/pyproject.toml client/order_service_client
 	$(BIN)/lint-imports --no-cache
 
 fmt: install-dev

@@ -1,0 +1,97 @@
+"""A retrying, typed client of the order service, written to be read and copied.
+
+The service makes every command safe to repeat: a command carries an
+``Idempotency-Key``, the service executes a key once and answers every
+repeat with the stored answer. This package is the other half of that
+promise, the part only a client can keep:
+
+- one key per intended action, the same on every retry, kept on disk
+  across crashes when asked (:mod:`order_service_client.keys`);
+- retries of exactly the outcomes that may change, waiting as the service
+  says or with jittered backoff, within a deadline
+  (:mod:`order_service_client.retry`);
+- the service's problem+json errors as exceptions
+  (:mod:`order_service_client.errors`);
+- polling of asynchronous operations, and cursor pagination.
+
+::
+
+    from order_service_client import OrderServiceClient, SQLiteKeyStore
+
+    keys = SQLiteKeyStore("client-keys.sqlite3")
+    with OrderServiceClient("http://127.0.0.1:8000", token, key_store=keys) as client:
+        created = client.create_order(
+            customer_id="c-1", currency="RUB", items=[{"sku": "ABC", "qty": 2}],
+            intent="order:cart-81",   # a crash and a rerun place this order once
+        )
+        order = created.body["order"]
+        accepted = client.pay(
+            order_id=order["id"], amount=order["totalAmount"], currency=order["currency"],
+            payment_method="pm_card_ok", intent=f"pay:{order['id']}",
+        )
+        operation = client.wait(accepted)
+
+The rules, each with its reason, are in :mod:`order_service_client.client`.
+The package needs httpx alone; :class:`AsyncOrderServiceClient` is the
+asyncio twin.
+"""
+
+from order_service_client._core import CommandResult
+from order_service_client._version import __version__
+from order_service_client.aio import AsyncOrderServiceClient
+from order_service_client.client import OrderServiceClient
+from order_service_client.errors import (
+    ERROR_CLASSES,
+    ApiError,
+    AuthenticationFailed,
+    BadRequest,
+    ClientError,
+    Conflict,
+    IdempotencyKeyConflict,
+    IdempotencyKeyInProgress,
+    NotFound,
+    OperationTimeout,
+    OrderServiceError,
+    PermissionDenied,
+    PreconditionFailed,
+    RetriesExhausted,
+    ServerError,
+    Throttled,
+    Unprocessable,
+    ValidationFailed,
+    error_from_response,
+)
+from order_service_client.keys import KeyStore, MemoryKeyStore, SQLiteKeyStore, new_key
+from order_service_client.retry import RetryEvent, RetryPolicy
+
+__all__ = [
+    "ERROR_CLASSES",
+    "ApiError",
+    "AsyncOrderServiceClient",
+    "AuthenticationFailed",
+    "BadRequest",
+    "ClientError",
+    "CommandResult",
+    "Conflict",
+    "IdempotencyKeyConflict",
+    "IdempotencyKeyInProgress",
+    "KeyStore",
+    "MemoryKeyStore",
+    "NotFound",
+    "OperationTimeout",
+    "OrderServiceClient",
+    "OrderServiceError",
+    "PermissionDenied",
+    "PreconditionFailed",
+    "RetriesExhausted",
+    "RetryEvent",
+    "RetryPolicy",
+    "SQLiteKeyStore",
+    "ServerError",
+    "Throttled",
+    "Unprocessable",
+    "ValidationFailed",
+    "__version__",
+    "error_from_response",
+    "new_key",
+]

@@ -1,0 +1,413 @@
+"""What the blocking and the asyncio clients share: everything but sending and sleeping.
+
+Each public call becomes a :class:`_Call` (method, path, body bytes and
+key, fixed before the first attempt), and an :class:`_Attempts` keeps the
+retry loop's books: it asks the :class:`RetryPolicy` after each outcome,
+tells ``on_retry``, and raises :class:`RetriesExhausted` when the policy
+says stop. The two clients' loops are then a few lines each, differing
+only by ``await``.
+"""
+
+import dataclasses
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from order_service_client._version import __version__
+from order_service_client.errors import (
+    ApiError,
+    OperationTimeout,
+    RetriesExhausted,
+    error_from_response,
+    problem_of,
+)
+from order_service_client.keys import KeyStore, MemoryKeyStore, new_key
+from order_service_client.retry import RetryEvent, RetryPolicy, parse_retry_after, transient
+
+USER_AGENT = f"order-service-client/{__version__} httpx/{httpx.__version__}"
+
+# The contract's key syntax (§3 rule 1), checked here so that a bad key is
+# a ValueError at the call rather than a 400 from the service.
+_MAX_KEY_LENGTH = 255
+
+# A failed connect is known within seconds; waiting longer only delays
+# the retry on another connection.
+_CONNECT_TIMEOUT_S = 5.0
+
+# An attempt never gets less time than this, even right at the deadline.
+_MIN_ATTEMPT_TIMEOUT_S = 0.01
+
+# Operation statuses that are not final. The service has only
+# "processing"; "pending" is waited on too, in case a kind ever uses it.
+_UNFINISHED = frozenset({"processing", "pending"})
+
+# Seconds between polls of an operation whose answer has no Retry-After
+# (the service sends one while processing), and the least ever waited.
+_DEFAULT_POLL_S = 1.0
+_MIN_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The service's final, successful answer to a command.
+
+    :ivar status: ``201`` (created), ``200`` (done, or already so) or
+        ``202`` (accepted: an operation to :meth:`wait` for).
+    :ivar body: the answer's JSON, as the service sent it (camelCase).
+    :ivar headers: the answer's headers (``Location``, ``Retry-After`` …).
+    :ivar key: the ``Idempotency-Key`` every attempt carried.
+    :ivar replayed: the answer is the stored one of an earlier request
+        with this key (``Idempotent-Replayed: true``): it executed nothing.
+    :ivar attempts: how many attempts it took, 1 when none was retried.
+    """
+
+    status: int
+    body: dict[str, Any]
+    headers: httpx.Headers
+    key: str
+    replayed: bool
+    attempts: int
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call, fixed before its first attempt: every retry sends exactly this."""
+
+    method: str
+    path: str
+    content: bytes | None = None
+    key: str | None = None
+    intent: str | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.key is None:
+            return {}
+        return {"Content-Type": "application/json", "Idempotency-Key": self.key}
+
+
+def _path(template: str, *ids: str) -> str:
+    # An id is one path segment, whatever it holds: "../" or "?" in an id
+    # must not reach another resource.
+    return template.format(*(quote(value, safe="") for value in ids))
+
+
+def _check_key(key: str) -> str:
+    if not 1 <= len(key) <= _MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in key):
+        raise ValueError(
+            f"an Idempotency-Key is 1 to {_MAX_KEY_LENGTH} visible ASCII characters (! to ~)"
+        )
+    return key
+
+
+def _operation_id(operation: "str | Mapping[str, Any] | CommandResult") -> str:
+    if isinstance(operation, CommandResult):
+        operation = operation.body
+    if isinstance(operation, str):
+        return operation
+    # A 202 answer names it operationId; an operation itself, id.
+    found = operation.get("operationId") or operation.get("id")
+    if not isinstance(found, str) or not found.startswith("op_"):
+        raise ValueError("expected an operation id, an operation, or a 202 answer naming one")
+    return found
+
+
+class _Attempts:
+    """The books of one call's retry loop: attempts, elapsed time, the policy's verdicts."""
+
+    def __init__(self, core: "_ClientCore", call: _Call, until: float | None) -> None:
+        self._core = core
+        self.call = call
+        self.started = core._clock()
+        self.count = 0
+        self.policy = core._retry
+        if until is not None and until - self.started < self.policy.deadline:
+            # A caller's own deadline (wait's timeout) is never overrun by a retry.
+            self.policy = dataclasses.replace(
+                self.policy, deadline=max(until - self.started, _MIN_ATTEMPT_TIMEOUT_S)
+            )
+
+    def start(self) -> httpx.Timeout:
+        """Count an attempt; its timeout, which ends by the deadline at the latest."""
+        self.count += 1
+        remaining = self.policy.deadline - (self._core._clock() - self.started)
+        limit = max(min(self._core._timeout, remaining), _MIN_ATTEMPT_TIMEOUT_S)
+        return httpx.Timeout(limit, connect=min(limit, _CONNECT_TIMEOUT_S))
+
+    def after_error(self, error: httpx.TransportError) -> float:
+        """The delay before retrying after no answer came; raises when there is no retry."""
+        if not transient(error):
+            raise error
+        return self._delay_or_give_up(
+            error, reason=type(error).__name__, status=None, code=None, retry_after=None
+        )
+
+    def after_response(self, response: httpx.Response) -> float | None:
+        """The delay before retrying after this answer, or ``None``: it is final."""
+        status = response.status_code
+        if status < 400:
+            return None
+        problem = problem_of(response) or {}
+        code = problem.get("error") if isinstance(problem.get("error"), str) else None
+        replayed = response.headers.get("Idempotent-Replayed") == "true"
+        if not self.policy.retryable(status=status, error_code=code, replayed=replayed):
+            return None
+        return self._delay_or_give_up(
+            response,
+            reason=code if status == 409 and code else str(status),
+            status=status,
+            code=code,
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        )
+
+    def _delay_or_give_up(
+        self,
+        outcome: httpx.TransportError | httpx.Response,
+        *,
+        reason: str,
+        status: int | None,
+        code: str | None,
+        retry_after: float | None,
+    ) -> float:
+        elapsed = self._core._clock() - self.started
+        delay = self.policy.next_delay(
+            self.count,
+            status=status,
+            error_code=code,
+            retry_after=retry_after,
+            elapsed=elapsed,
+            # Only retryable answers reach here, and a replayed one is not.
+            replayed=False,
+            rng=self._core._rng,
+        )
+        if delay is None:
+            if isinstance(outcome, httpx.Response):
+                error: Exception = error_from_response(outcome, key=self.call.key)
+                response: httpx.Response | None = outcome
+            else:
+                error, response = outcome, None
+            raise RetriesExhausted(
+                attempts=self.count,
+                elapsed=elapsed,
+                last_error=error,
+                last_response=response,
+                method=self.call.method,
+                path=self.call.path,
+                key=self.call.key,
+            ) from error
+        if self._core._on_retry is not None:
+            self._core._on_retry(
+                RetryEvent(
+                    attempt=self.count,
+                    delay=delay,
+                    reason=reason,
+                    method=self.call.method,
+                    path=self.call.path,
+                    key=self.call.key,
+                )
+            )
+        return delay
+
+
+class _ClientCore:
+    """Configuration, request building and answer reading, for both clients."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        retry: RetryPolicy | None,
+        key_store: KeyStore | None,
+        timeout: float,
+        on_retry: Callable[[RetryEvent], None] | None,
+        clock: Callable[[], float],
+        rng: random.Random | None,
+    ) -> None:
+        if not token:
+            raise ValueError("a token is required")
+        self._base_url = base_url
+        self._token = token
+        self._retry = retry or RetryPolicy()
+        self._key_store: KeyStore = key_store if key_store is not None else MemoryKeyStore()
+        self._timeout = timeout
+        self._on_retry = on_retry
+        self._clock = clock
+        # Jitter needs no secrecy, only spread.
+        self._rng = rng or random.Random()  # noqa: S311
+
+    def _http_options(self) -> dict[str, Any]:
+        return {
+            "base_url": self._base_url,
+            "headers": {
+                "Authorization": f"Bearer {self._token}",
+                "Accept": "application/json",
+                "User-Agent": USER_AGENT,
+            },
+            "timeout": httpx.Timeout(self._timeout, connect=min(self._timeout, _CONNECT_TIMEOUT_S)),
+            # Links are ours to follow; a redirect would resend a command to
+            # an address nobody chose.
+            "follow_redirects": False,
+        }
+
+    def _attempts(self, call: _Call, until: float | None = None) -> _Attempts:
+        return _Attempts(self, call, until)
+
+    # Requests.
+
+    def _command(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        key: str | None,
+        intent: str | None,
+    ) -> _Call:
+        # Encoded once, so every attempt sends the same bytes; NaN is no JSON.
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        if key is not None and intent is not None:
+            raise ValueError("pass a key or an intent, not both")
+        if key is None:
+            key = new_key() if intent is None else self._key_store.key_for(intent)
+        return _Call(method, path, content=content.encode(), key=_check_key(key), intent=intent)
+
+    def _create_order_call(
+        self,
+        *,
+        customer_id: str,
+        currency: str,
+        items: Sequence[Mapping[str, object]],
+        key: str | None,
+        intent: str | None,
+    ) -> _Call:
+        body = {
+            "customerId": customer_id,
+            "items": [dict(item) for item in items],
+            "currency": currency,
+        }
+        return self._command("POST", "/v1/orders", body, key=key, intent=intent)
+
+    def _pay_call(
+        self,
+        *,
+        order_id: str,
+        amount: int,
+        currency: str,
+        payment_method: str,
+        key: str | None,
+        intent: str | None,
+    ) -> _Call:
+        body = {
+            "orderId": order_id,
+            "amount": amount,
+            "currency": currency,
+            "paymentMethod": payment_method,
+        }
+        return self._command("POST", "/v1/payments", body, key=key, intent=intent)
+
+    def _cancel_call(
+        self, order_id: str, *, reason: str, key: str | None, intent: str | None
+    ) -> _Call:
+        body = {"reason": reason} if reason else {}
+        path = _path("/v1/orders/{}/cancel", order_id)
+        return self._command("POST", path, body, key=key, intent=intent)
+
+    # Answers.
+
+    def _command_result(
+        self, call: _Call, response: httpx.Response, attempts: int
+    ) -> CommandResult:
+        """The result of a command's final answer, or its error raised; forgets a settled intent."""
+        if call.key is None:
+            raise TypeError("a command needs its key")
+        if not response.is_success:
+            error = error_from_response(response, key=call.key)
+            if call.intent is not None and _settles(error):
+                self._key_store.forget(call.intent)
+            raise error
+        # Read before forgetting: an answer we cannot read is no answer,
+        # and the key must stay to ask again.
+        body = _json_object(response, key=call.key)
+        if call.intent is not None:
+            self._key_store.forget(call.intent)
+        return CommandResult(
+            status=response.status_code,
+            body=body,
+            headers=response.headers,
+            key=call.key,
+            replayed=response.headers.get("Idempotent-Replayed") == "true",
+            attempts=attempts,
+        )
+
+    def _read(self, response: httpx.Response) -> dict[str, Any]:
+        """The JSON object of a read's answer; its error raised if it is one."""
+        if not response.is_success:
+            raise error_from_response(response)
+        return _json_object(response, key=None)
+
+    def _poll_delay(
+        self,
+        operation_id: str,
+        operation: dict[str, Any],
+        response: httpx.Response,
+        *,
+        deadline: float,
+        timeout: float,
+    ) -> float | None:
+        """Seconds until the next poll, ``None`` when the operation is final.
+
+        :raises OperationTimeout: the next poll could not start before the deadline.
+        """
+        if operation.get("status") not in _UNFINISHED:
+            return None
+        delay = parse_retry_after(response.headers.get("Retry-After"))
+        delay = max(_DEFAULT_POLL_S if delay is None else delay, _MIN_POLL_S)
+        if self._clock() + delay >= deadline:
+            raise OperationTimeout(operation_id, operation, timeout)
+        return delay
+
+
+def _settles(error: ApiError) -> bool:
+    """Whether a refusal is the command's outcome, stored under its key (contract §3 rule 5).
+
+    Then the action is settled (it did not happen) and every retry would
+    replay the same refusal, so its intent may forget the key. Refusals
+    that come before the command starts store nothing (401, 413, 415, a 400
+    other than ``ValidationError``): an earlier attempt that lost its
+    answer may still have done the action, so the intent keeps the key, to
+    retry once the request is fixed. So does ``IdempotencyKeyConflict``:
+    the key's first request may have run, and a new key could run the
+    action again; the caller decides. An answer that is not the service's
+    problem+json (a proxy's page) settles nothing either.
+    """
+    if error.error is None:
+        return False
+    if error.status >= 500:
+        return error.replayed
+    if error.status == 400:
+        return error.error == "ValidationError"
+    if error.status == 409:
+        return error.error not in {"IdempotencyKeyConflict", "IdempotencyKeyInProgress"}
+    return error.status in {404, 412, 422}
+
+
+def _json_object(response: httpx.Response, *, key: str | None) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise ApiError(
+            f"the {response.status_code} answer is not a JSON object",
+            status=response.status_code,
+            trace_id=response.headers.get("X-Request-ID"),
+            headers=response.headers,
+            key=key,
+        )
+    return body

@@ -1,0 +1,313 @@
+"""The blocking client: :class:`OrderServiceClient`.
+
+The rules it follows, and why:
+
+1. **One key per intended action, the same on every retry.** Each command
+   gets a new random key (a UUID4) unless the caller passes ``key``, and
+   every retry of that call sends the same key and the same body bytes.
+   The service executes a key once and replays its answer to every copy,
+   so a retry after a lost answer is a question ("what became of it?"),
+   never a second order or a second charge.
+2. **Intents survive the process.** With ``intent="pay:invoice-7"`` the key
+   comes from the key store (in memory unless one is given; created and
+   committed there before the first attempt leaves). A process that
+   crashes mid-call and runs the same code again resumes the same action
+   under the same key. The store forgets the intent once the action is
+   settled: a success, or a refusal the service stored as the command's
+   outcome. It keeps the key while the outcome is unknown
+   (:class:`RetriesExhausted`) and after refusals that came before the
+   command ran (401, 413, a key conflict …), since an earlier lost attempt
+   may have done the action. :mod:`order_service_client.keys` says what
+   forgetting leaves open.
+3. **Retry only what may change, never what may not.** No answer, a 5xx
+   that is not a replayed stored outcome, ``409 IdempotencyKeyInProgress``
+   and ``429`` are retried; every other answer is final, and a 4xx raises
+   its typed error at once (:mod:`order_service_client.retry`). Every call
+   this client makes may be retried: commands carry their key, reads are
+   ``GET``.
+4. **Wait as told, and not forever.** ``Retry-After`` is honoured;
+   otherwise capped exponential backoff with full jitter; and no attempt
+   starts after the policy's deadline or beyond ``max_attempts``, so a
+   call ends with an answer or :class:`RetriesExhausted` within a bounded
+   time. Each attempt's timeout is cut to end by the deadline too.
+5. **Errors are types.** Every problem+json answer becomes the exception
+   for its code (:mod:`order_service_client.errors`), carrying ``traceId``
+   for the operators.
+
+``sleep``, ``clock`` and ``rng`` are parameters so that tests drive the
+retry loop without waiting and with known jitter.
+"""
+
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from order_service_client._core import CommandResult, _Call, _ClientCore, _operation_id, _path
+from order_service_client.keys import KeyStore
+from order_service_client.retry import RetryEvent, RetryPolicy
+
+__all__ = ["CommandResult", "OrderServiceClient"]
+
+
+class OrderServiceClient(_ClientCore):
+    """A retrying client of the order service's ``/v1`` API.
+
+    ::
+
+        with OrderServiceClient("http://127.0.0.1:8000", token) as client:
+            created = client.create_order(
+                customer_id="c-1", currency="RUB", items=[{"sku": "ABC", "qty": 2}]
+            )
+            order = created.body["order"]
+            accepted = client.pay(
+                order_id=order["id"], amount=order["totalAmount"], currency="RUB",
+                payment_method="pm_card_ok", intent=f"pay:{order['id']}",
+            )
+            operation = client.wait(accepted)   # {"status": "succeeded", "resultId": "pay_…", …}
+
+    :param base_url: the service's address, such as ``http://127.0.0.1:8000``;
+        paths and the service's path-absolute links are resolved against it.
+    :param token: the API token (``Authorization: Bearer``).
+    :param retry: when and how long to retry; :class:`RetryPolicy` defaults.
+    :param key_store: where intents keep their keys; in memory by default
+        (:class:`MemoryKeyStore`), on disk with :class:`SQLiteKeyStore`.
+    :param timeout: seconds each attempt may take to connect, send and read.
+    :param transport: an httpx transport instead of the network (tests).
+    :param on_retry: called before each retry's sleep, with what and why.
+    :param sleep: how to wait between attempts.
+    :param clock: monotonic seconds, for the deadlines.
+    :param rng: the jitter's source of randomness.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        retry: RetryPolicy | None = None,
+        key_store: KeyStore | None = None,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+        on_retry: Callable[[RetryEvent], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            token,
+            retry=retry,
+            key_store=key_store,
+            timeout=timeout,
+            on_retry=on_retry,
+            clock=clock,
+            rng=rng,
+        )
+        self._sleep = sleep
+        self._http = httpx.Client(transport=transport, **self._http_options())
+
+    def close(self) -> None:
+        """Close the connections. The client cannot be used afterwards."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Commands.
+
+    def create_order(
+        self,
+        *,
+        customer_id: str,
+        currency: str,
+        items: Sequence[Mapping[str, object]],
+        key: str | None = None,
+        intent: str | None = None,
+    ) -> CommandResult:
+        """``POST /v1/orders``: an order of ``items`` (each ``{"sku", "qty"}``).
+
+        :param key: the ``Idempotency-Key``; a new one when ``None``.
+        :param intent: name of the action, whose key the key store keeps
+            (instead of ``key``).
+        :returns: ``201`` with ``{"status", "orderId", "order", "links"}``.
+        :raises Unprocessable: ``UnknownSku``, ``CurrencyMismatch``.
+        :raises ValidationFailed: the body is not valid.
+        :raises IdempotencyKeyConflict: the key was used for another request.
+        :raises RetriesExhausted: no final answer; the outcome is unknown.
+        """
+        return self._run(
+            self._create_order_call(
+                customer_id=customer_id, currency=currency, items=items, key=key, intent=intent
+            )
+        )
+
+    def pay(
+        self,
+        *,
+        order_id: str,
+        amount: int,
+        currency: str,
+        payment_method: str,
+        key: str | None = None,
+        intent: str | None = None,
+    ) -> CommandResult:
+        """``POST /v1/payments``: charge the order's total (``amount`` in minor units).
+
+        :returns: ``202`` with ``{"status", "paymentId", "operationId", "links"}``;
+            :meth:`wait` for the operation. A replay's ``status`` is the
+            operation's current one.
+        :raises Unprocessable: ``OrderNotFound``, ``AmountMismatch``, ``CurrencyMismatch``.
+        :raises Conflict: ``OrderAlreadyPaid``, ``OrderStateConflict``, ``PaymentInProgress``.
+        :raises ValidationFailed: the body is not valid (an unknown ``payment_method``).
+        :raises IdempotencyKeyConflict: the key was used for another request.
+        :raises RetriesExhausted: no final answer; the outcome is unknown.
+        """
+        return self._run(
+            self._pay_call(
+                order_id=order_id,
+                amount=amount,
+                currency=currency,
+                payment_method=payment_method,
+                key=key,
+                intent=intent,
+            )
+        )
+
+    def cancel(
+        self, order_id: str, *, reason: str = "", key: str | None = None, intent: str | None = None
+    ) -> CommandResult:
+        """``POST /v1/orders/{id}/cancel``.
+
+        :returns: ``200`` with the cancelled order (pending, or cancelled
+            already), or ``202`` with a refund operation to :meth:`wait`
+            for (paid).
+        :raises NotFound: no such order.
+        :raises Conflict: ``OrderStateConflict`` (a payment is in progress).
+        :raises IdempotencyKeyConflict: the key was used for another request.
+        :raises RetriesExhausted: no final answer; the outcome is unknown.
+        """
+        return self._run(self._cancel_call(order_id, reason=reason, key=key, intent=intent))
+
+    # Reads.
+
+    def get_order(self, order_id: str) -> dict[str, Any]:
+        """``GET /v1/orders/{id}``: the order.
+
+        :raises NotFound: no such order, or another tenant's.
+        """
+        return self._get(_path("/v1/orders/{}", order_id))
+
+    def get_payment(self, payment_id: str) -> dict[str, Any]:
+        """``GET /v1/payments/{id}``: the payment.
+
+        :raises NotFound: no such payment, or another tenant's.
+        """
+        return self._get(_path("/v1/payments/{}", payment_id))
+
+    def get_operation(self, operation_id: str) -> dict[str, Any]:
+        """``GET /v1/operations/{id}``: the operation.
+
+        :raises NotFound: no such operation, or another tenant's.
+        """
+        return self._get(_path("/v1/operations/{}", operation_id))
+
+    def list_orders(self, *, page_size: int = 50) -> Iterator[dict[str, Any]]:
+        """Every order of the tenant, newest first, fetched ``page_size`` (1 to 200) at a time.
+
+        Follows each page's ``next`` link until there is none; a page is
+        fetched only when the one before it has been consumed.
+        """
+        path: str | None = f"/v1/orders?pageSize={page_size}"
+        while path is not None:
+            page = self._get(path)
+            yield from page["results"]
+            path = page.get("next")
+
+    def lookup_key(self, key: str) -> dict[str, Any] | None:
+        """``GET /v1/idempotency-keys/{key}``: what became of one of our keys, ``None`` if unknown.
+
+        The service knows a key for ``IDEMPOTENCY_KEY_TTL`` (24 hours by
+        default); an unknown, expired or another principal's key is ``None``.
+        The answer says what the key was used for and what it made, never
+        the request's values (contract §3 rule 11).
+        """
+        call = _Call("GET", _path("/v1/idempotency-keys/{}", key))
+        response, _ = self._send(call)
+        if response.status_code == 404:
+            return None
+        return self._read(response)
+
+    def wait(
+        self, operation: str | Mapping[str, Any] | CommandResult, *, timeout: float = 60.0
+    ) -> dict[str, Any]:
+        """Poll an operation until it is final; the operation (``status`` succeeded or failed).
+
+        :param operation: the operation's id, the operation, or the ``202``
+            answer (a :class:`CommandResult` or its body) naming it.
+        :param timeout: seconds to wait at most. Between polls the client
+            waits for the ``Retry-After`` the service sends.
+        :raises OperationTimeout: still processing when no poll could be
+            made before ``timeout`` ran out.
+        :raises RetriesExhausted: a poll got no answer within the retry
+            policy (whose deadline is cut to ``timeout``).
+        :raises NotFound: no such operation.
+        """
+        operation_id = _operation_id(operation)
+        deadline = self._clock() + timeout
+        call = _Call("GET", _path("/v1/operations/{}", operation_id))
+        while True:
+            response, _ = self._send(call, until=deadline)
+            body = self._read(response)
+            delay = self._poll_delay(
+                operation_id, body, response, deadline=deadline, timeout=timeout
+            )
+            if delay is None:
+                return body
+            self._sleep(delay)
+
+    # The loop.
+
+    def _send(self, call: _Call, *, until: float | None = None) -> tuple[httpx.Response, int]:
+        """The final answer to ``call`` and the attempts it took; retried as the policy says.
+
+        :raises RetriesExhausted: the policy stopped before a final answer.
+        """
+        attempts = self._attempts(call, until)
+        while True:
+            timeout = attempts.start()
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    content=call.content,
+                    headers=call.headers,
+                    timeout=timeout,
+                )
+            except httpx.TransportError as error:
+                delay = attempts.after_error(error)
+            else:
+                retry_in = attempts.after_response(response)
+                if retry_in is None:
+                    return response, attempts.count
+                delay = retry_in
+            self._sleep(delay)
+
+    def _run(self, call: _Call) -> CommandResult:
+        response, attempts = self._send(call)
+        return self._command_result(call, response, attempts)
+
+    def _get(self, path: str) -> dict[str, Any]:
+        response, _ = self._send(_Call("GET", path))
+        return self._read(response)

@@ -1,0 +1,360 @@
+"""The errors the client raises: each problem+json answer as a typed exception.
+
+Every error the service answers is ``application/problem+json`` with a
+stable machine code in ``error`` (contract §2). :func:`error_from_response`
+picks the exception class by that code (:data:`ERROR_CLASSES`), and by the
+status class when the code is one this client does not know yet, so a new
+code on the server never breaks a ``except NotFound`` here::
+
+    OrderServiceError
+    ├── ApiError                  an answer: status, error, message, trace_id, details
+    │   ├── ClientError           4xx: the request is at fault; do not repeat it as it is
+    │   │   ├── BadRequest        400 MalformedJson, IdempotencyKeyRequired, …Invalid
+    │   │   │   └── ValidationFailed        400 ValidationError: details, field → messages
+    │   │   ├── AuthenticationFailed        401 NotAuthenticated, AuthenticationFailed
+    │   │   ├── PermissionDenied  403
+    │   │   ├── NotFound          404
+    │   │   ├── Conflict          409 OrderStateConflict, OrderAlreadyPaid, PaymentInProgress
+    │   │   │   ├── IdempotencyKeyConflict  the key was used for another request: .mismatch
+    │   │   │   └── IdempotencyKeyInProgress  retried; seen only in RetriesExhausted
+    │   │   ├── PreconditionFailed          412
+    │   │   ├── Unprocessable     422 UnknownSku, CurrencyMismatch, AmountMismatch, …
+    │   │   └── Throttled         429, retried by the client
+    │   └── ServerError           5xx
+    ├── RetriesExhausted          no final answer within the retry policy: outcome unknown
+    └── OperationTimeout          still processing when wait() gave up (a TimeoutError)
+
+An answer that is not problem+json (an HTML page from a proxy, a gateway's
+``502``) is still an :class:`ApiError` of its status class, with ``error``
+``None`` and a message that says so.
+"""
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from order_service_client.retry import parse_retry_after
+
+__all__ = [
+    "ERROR_CLASSES",
+    "ApiError",
+    "AuthenticationFailed",
+    "BadRequest",
+    "ClientError",
+    "Conflict",
+    "IdempotencyKeyConflict",
+    "IdempotencyKeyInProgress",
+    "NotFound",
+    "OperationTimeout",
+    "OrderServiceError",
+    "PermissionDenied",
+    "PreconditionFailed",
+    "RetriesExhausted",
+    "ServerError",
+    "Throttled",
+    "Unprocessable",
+    "ValidationFailed",
+    "error_from_response",
+    "problem_of",
+]
+
+# How much of a body that is not problem+json an error message quotes.
+_QUOTED_CHARS = 200
+
+
+class OrderServiceError(Exception):
+    """The base of every error this package raises about the service's answers."""
+
+
+class ApiError(OrderServiceError):
+    """The service (or something in front of it) answered with an error status.
+
+    :ivar status: the HTTP status.
+    :ivar error: the problem's stable code (``"UnknownSku"``); ``None`` when
+        the body was not a problem.
+    :ivar message: for people.
+    :ivar trace_id: the problem's ``traceId``, or the ``X-Request-ID``
+        header: quote it when reporting the error.
+    :ivar details: the problem's ``details`` (field → messages for a
+        validation error, ``mismatch`` for a key conflict), if any.
+    :ivar body: the whole problem body; empty when it was not JSON.
+    :ivar headers: the answer's headers.
+    :ivar key: the ``Idempotency-Key`` of the command, ``None`` for a read.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        error: str | None = None,
+        trace_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | None = None,
+        headers: httpx.Headers | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.trace_id = trace_id
+        self.details = details
+        self.body: dict[str, Any] = dict(body or {})
+        self.headers = headers if headers is not None else httpx.Headers()
+        self.key = key
+
+    @property
+    def replayed(self) -> bool:
+        """The service answered from a key's stored outcome (``Idempotent-Replayed: true``)."""
+        value: str | None = self.headers.get("Idempotent-Replayed")
+        return value == "true"
+
+    @property
+    def retry_after(self) -> float | None:
+        """``Retry-After`` in seconds, if the answer had one."""
+        return parse_retry_after(self.headers.get("Retry-After"))
+
+    def __str__(self) -> str:
+        code = f" {self.error}" if self.error else ""
+        trace = f" (traceId {self.trace_id})" if self.trace_id else ""
+        return f"{self.status}{code}: {self.message}{trace}"
+
+
+class ClientError(ApiError):
+    """A 4xx: the request is at fault, and the same request gets the same answer."""
+
+
+class BadRequest(ClientError):
+    """400: the request could not be read (``MalformedJson``) or its key is missing or invalid."""
+
+
+class ValidationFailed(BadRequest):
+    """400 ``ValidationError``: ``details`` maps each field (camelCase) to its messages.
+
+    For a command it is the command's final outcome: stored under the key
+    and replayed to every retry. Send a corrected request under a new key.
+    """
+
+
+class AuthenticationFailed(ClientError):
+    """401: no token (``NotAuthenticated``) or one the service does not know.
+
+    Nothing was executed or stored: retry with a valid token and the same key.
+    """
+
+
+class PermissionDenied(ClientError):
+    """403: the principal may not do this."""
+
+
+class NotFound(ClientError):
+    """404: no such resource for this principal (another tenant's looks the same)."""
+
+
+class Conflict(ClientError):
+    """409: the resource's state refuses the command (``OrderAlreadyPaid`` …)."""
+
+
+class IdempotencyKeyConflict(Conflict):
+    """409: this key was used before for a different request; nothing was executed.
+
+    It is a bug in the caller: one key must name one intended action. The
+    earlier request under the key may have been carried out;
+    :meth:`OrderServiceClient.lookup_key` tells what it made.
+    """
+
+    @property
+    def mismatch(self) -> list[str]:
+        """What differs from the key's first request, as JSON Pointers (``/items/0/qty``)."""
+        pointers = (self.details or {}).get("mismatch")
+        if not isinstance(pointers, list):
+            return []
+        return [pointer for pointer in pointers if isinstance(pointer, str)]
+
+
+class IdempotencyKeyInProgress(Conflict):
+    """409: another request with this key is still being executed. The client retries it."""
+
+
+class PreconditionFailed(ClientError):
+    """412: ``If-Match`` named a version the resource no longer has."""
+
+
+class Unprocessable(ClientError):
+    """422: the business rules refuse the command (``UnknownSku``, ``AmountMismatch`` …)."""
+
+
+class Throttled(ClientError):
+    """429: a rate limit. The client retries it after ``Retry-After``."""
+
+
+class ServerError(ApiError):
+    """5xx: the service failed. The client retries it unless it is a stored, replayed outcome."""
+
+
+class RetriesExhausted(OrderServiceError):
+    """No final answer came within the retry policy's attempts and deadline.
+
+    For a command the outcome is **unknown**: an attempt may have executed
+    and lost its answer. Retry later with the same key (``key``) to learn
+    it; a new key could execute the action a second time.
+
+    :ivar attempts: how many attempts were made.
+    :ivar elapsed: seconds from the first attempt to giving up.
+    :ivar last_error: the last attempt's failure: an :class:`ApiError` for
+        an answer, the ``httpx.TransportError`` when none came. It is also
+        the exception's ``__cause__``.
+    :ivar last_response: the last answer, if the last attempt got one.
+    :ivar method: the request's method.
+    :ivar path: the request's path.
+    :ivar key: the ``Idempotency-Key`` of every attempt; ``None`` for a read.
+    """
+
+    def __init__(
+        self,
+        *,
+        attempts: int,
+        elapsed: float,
+        last_error: Exception,
+        last_response: httpx.Response | None,
+        method: str,
+        path: str,
+        key: str | None,
+    ) -> None:
+        self.attempts = attempts
+        self.elapsed = elapsed
+        self.last_error = last_error
+        self.last_response = last_response
+        self.method = method
+        self.path = path
+        self.key = key
+        last = str(last_error) or type(last_error).__name__
+        advice = (
+            f" The outcome is unknown: retry later with the same Idempotency-Key {key!r}."
+            if key is not None
+            else ""
+        )
+        super().__init__(
+            f"{method} {path}: no final answer after {attempts} attempt(s) in {elapsed:.1f} s"
+            f" (last: {last}).{advice}"
+        )
+
+
+class OperationTimeout(OrderServiceError, TimeoutError):
+    """The operation was still processing when ``wait()`` ran out of time.
+
+    The work goes on at the service; wait again, or poll it later.
+
+    :ivar operation_id: the operation waited for.
+    :ivar operation: its body as last read.
+    """
+
+    def __init__(self, operation_id: str, operation: Mapping[str, Any], timeout: float) -> None:
+        self.operation_id = operation_id
+        self.operation = dict(operation)
+        super().__init__(
+            f"operation {operation_id} still {operation.get('status')!r} after {timeout:g} s"
+        )
+
+
+# The service's codes (contract §2) whose class is not their status's
+# default, and the ones worth naming for readers.
+ERROR_CLASSES: Mapping[str, type[ApiError]] = {
+    "ValidationError": ValidationFailed,
+    "MalformedJson": BadRequest,
+    "IdempotencyKeyRequired": BadRequest,
+    "IdempotencyKeyInvalid": BadRequest,
+    "NotAuthenticated": AuthenticationFailed,
+    "AuthenticationFailed": AuthenticationFailed,
+    "PermissionDenied": PermissionDenied,
+    "NotFound": NotFound,
+    "IdempotencyKeyConflict": IdempotencyKeyConflict,
+    "IdempotencyKeyInProgress": IdempotencyKeyInProgress,
+    "OrderStateConflict": Conflict,
+    "OrderAlreadyPaid": Conflict,
+    "PaymentInProgress": Conflict,
+    "PreconditionFailed": PreconditionFailed,
+    "UnknownSku": Unprocessable,
+    "CurrencyMismatch": Unprocessable,
+    "AmountMismatch": Unprocessable,
+    "OrderNotFound": Unprocessable,
+    "Throttled": Throttled,
+    "InternalError": ServerError,
+    "ServiceUnavailable": ServerError,
+}
+
+# What an unknown code (or no code) falls back to, by status.
+_STATUS_CLASSES: Mapping[int, type[ApiError]] = {
+    400: BadRequest,
+    401: AuthenticationFailed,
+    403: PermissionDenied,
+    404: NotFound,
+    409: Conflict,
+    412: PreconditionFailed,
+    422: Unprocessable,
+    429: Throttled,
+}
+
+
+def problem_of(response: httpx.Response) -> dict[str, Any] | None:
+    """The answer's JSON object if it is one (problem+json or plain JSON), else ``None``."""
+    media_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if not (media_type == "application/json" or media_type.endswith("+json")):
+        return None
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _class_for(status: int, code: str | None) -> type[ApiError]:
+    if code is not None and code in ERROR_CLASSES:
+        return ERROR_CLASSES[code]
+    if status in _STATUS_CLASSES:
+        return _STATUS_CLASSES[status]
+    if 400 <= status < 500:
+        return ClientError
+    if status >= 500:
+        return ServerError
+    return ApiError
+
+
+def error_from_response(response: httpx.Response, *, key: str | None = None) -> ApiError:
+    """The exception for an error answer (any status; the caller decides it is an error).
+
+    :param key: the ``Idempotency-Key`` the request carried, to quote in the error.
+    """
+    status = response.status_code
+    trace_id = response.headers.get("X-Request-ID")
+    problem = problem_of(response)
+    if problem is None:
+        media_type = response.headers.get("Content-Type") or "none"
+        text = response.text[:_QUOTED_CHARS]
+        quoted = f" It begins: {text!r}." if text else " It is empty."
+        return _class_for(status, None)(
+            f"{response.reason_phrase or 'HTTP error'}; the answer is not a problem+json body "
+            f"(Content-Type: {media_type}), so it likely comes from something in front of "
+            f"the service.{quoted}",
+            status=status,
+            trace_id=trace_id,
+            headers=response.headers,
+            key=key,
+        )
+
+    code = problem.get("error") if isinstance(problem.get("error"), str) else None
+    message = problem.get("message") or problem.get("title") or response.reason_phrase
+    details = problem.get("details")
+    return _class_for(status, code)(
+        str(message),
+        status=status,
+        error=code,
+        trace_id=str(problem.get("traceId") or trace_id or "") or None,
+        details=details if isinstance(details, Mapping) else None,
+        body=problem,
+        headers=response.headers,
+        key=key,
+    )
