@@ -7,6 +7,7 @@ the test's own, which it may stop and start without touching the suite's.
 
 import enum
 import os
+import random
 import shutil
 import socket
 import struct
@@ -14,7 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
@@ -59,6 +60,50 @@ class Mode(enum.Enum):
     """A partition or a hung server: connections stay open and nothing gets through."""
 
 
+class Fate(enum.Enum):
+    """What ``DROP_ANSWERS`` does to one connection."""
+
+    PASS = "pass"
+    DROP = "drop"
+    """Its request goes upstream and is answered; the answer is discarded, both sides reset."""
+    RESET = "reset"
+    """Reset as soon as it is accepted: its request never reaches the server."""
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Shares of the connections that ``DROP_ANSWERS`` drops and resets, in random order.
+
+    Dealt in rounds of ``ROUND`` connections with exactly their share of
+    each fate, shuffled: a run's figures are the shares asked for, not a
+    coin's luck, while which connection gets which fate stays unforeseeable.
+    """
+
+    drop: float
+    reset: float = 0.0
+    seed: int | None = None
+
+    ROUND = 20
+
+    def deal(self) -> Iterator[Fate]:
+        rng = random.Random(self.seed)
+        drops, resets = round(self.drop * self.ROUND), round(self.reset * self.ROUND)
+        if drops + resets > self.ROUND:
+            raise ValueError("the shares of dropped and reset connections exceed 1")
+        while True:
+            deck = [Fate.DROP] * drops + [Fate.RESET] * resets
+            deck += [Fate.PASS] * (self.ROUND - len(deck))
+            rng.shuffle(deck)
+            yield from deck
+
+
+def _every(n: int) -> Iterator[Fate]:
+    """The 1st, (1 + n)th, (1 + 2n)th… connection dropped."""
+    while True:
+        yield Fate.DROP
+        yield from [Fate.PASS] * (n - 1)
+
+
 @dataclass(eq=False)
 class _Link:
     """A client's connection and the proxy's connection upstream for it."""
@@ -83,7 +128,9 @@ class FaultProxy(_Closes):
     - ``DROP_ANSWERS`` dooms the 1st, (1 + n)th, (1 + 2n)th… connection accepted
       while it is set (n = ``drop_every``, counted afresh at each switch): the
       client's bytes go upstream, then the first bytes of the answer are
-      discarded and both connections reset. ``dropped`` counts these.
+      discarded and both connections reset. ``dropped`` counts these. Given
+      ``shares`` instead, it drops and resets those shares of the
+      connections (:class:`Shares`); ``reset`` counts the resets.
     - ``DOWN`` resets every open connection and closes the listening socket,
       so that connects are refused. A bound socket that never listens keeps
       the port meanwhile: no other socket can take it.
@@ -92,14 +139,21 @@ class FaultProxy(_Closes):
     """
 
     def __init__(
-        self, upstream: tuple[str, int], *, mode: Mode = Mode.PASS, drop_every: int = 1
+        self,
+        upstream: tuple[str, int],
+        *,
+        mode: Mode = Mode.PASS,
+        drop_every: int = 1,
+        shares: Shares | None = None,
     ) -> None:
         self.upstream = upstream
-        self.drop_every = drop_every
         self.dropped = 0
+        self.reset = 0
+        self.accepted = 0
+        self._deal = shares.deal if shares is not None else lambda: _every(drop_every)
+        self._fates = self._deal()
         self._lock = threading.Lock()
         self._links: set[_Link] = set()
-        self._accepted = 0  # since the last switch
         self._acceptor: threading.Thread | None = None
         self._placeholder = _port_sharing_socket()
         self._placeholder.bind((HOST, 0))
@@ -118,7 +172,7 @@ class FaultProxy(_Closes):
     @mode.setter
     def mode(self, mode: Mode) -> None:
         previous, self._mode = self._mode, mode
-        self._accepted = 0
+        self._fates = self._deal()
         if mode is Mode.DOWN:
             if self._acceptor is not None:
                 self._acceptor.join()  # it closes the listening socket on seeing DOWN
@@ -146,15 +200,18 @@ class FaultProxy(_Closes):
                     client, _ = listener.accept()
                 except TimeoutError:
                     continue
-                dropping = self._mode is Mode.DROP_ANSWERS
-                doomed = dropping and self._accepted % self.drop_every == 0
-                self._accepted += 1
+                self.accepted += 1
+                fate = next(self._fates) if self._mode is Mode.DROP_ANSWERS else Fate.PASS
+                if fate is Fate.RESET:
+                    self.reset += 1
+                    _abort(client)
+                    continue
                 try:
                     upstream = socket.create_connection(self.upstream, timeout=5)
                 except OSError:
                     _abort(client)  # the upstream is down: its client sees a reset
                     continue
-                link = _Link(client, upstream, doomed)
+                link = _Link(client, upstream, doomed=fate is Fate.DROP)
                 with self._lock:
                     self._links.add(link)
                 for src, dst in ((client, upstream), (upstream, client)):
