@@ -15,7 +15,7 @@ PACKAGES := config api observability accounts idempotency operations provider or
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-dev run test faults lint fmt lock bench fuzz clean FORCE
+.PHONY: install install-dev run test faults demo lint fmt lock bench fuzz clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). Made by
 # another one, or left half-made by a failed attempt, it is removed and made
@@ -101,6 +101,14 @@ faults: install-dev
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest tests/faults
+
+## demo: exactly once over a bad network (tests/demo): orders placed and paid
+## through the Python client and a proxy that drops 30 % of the answers, then
+## counted from the database. On the embedded default, or on PostgreSQL and
+## Redis: make demo DATABASE_URL=postgres://… CELERY_BROKER_URL=redis://…
+## (DEMO_ORDERS, DEMO_DROP, DEMO_RESET, BASE_URL: tests/demo/__main__.py).
+demo: install-dev
+	$(PY) -m tests.demo
 
 ## bench: ratios of what idempotency costs, and 202-to-succeeded of a payment,
 ## on PostgreSQL and Redis (a database of its own, order_service_bench), driven
