@@ -6,7 +6,6 @@ stored answer; never the request's values. Anything but one of the
 caller's own completed, unexpired keys is ``404 NotFound``.
 """
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -254,14 +253,6 @@ def test_an_expired_key_is_not_found_before_it_is_purged(
     assert_not_found(expired)
     assert IdempotencyKey.objects.filter(key="old").exists()
     assert expiring.status_code == 200
-
-
-@pytest.fixture
-def slow_command() -> Iterator[None]:
-    probes.slow_command_started.clear()
-    probes.slow_command_release.clear()
-    yield
-    probes.slow_command_release.set()
 
 
 @pytest.mark.urls("tests.support.probes")

@@ -21,7 +21,7 @@ Each section is headed "Rule N — Name", as the rules are named:
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -356,14 +356,6 @@ def test_another_endpoint_or_path_parameter_with_the_same_key_is_a_conflict(
 
 
 # --- Rule 7 — In flight ------------------------------------------------------
-
-
-@pytest.fixture
-def slow_command() -> Iterator[None]:
-    probes.slow_command_started.clear()
-    probes.slow_command_release.clear()
-    yield
-    probes.slow_command_release.set()
 
 
 @pytest.mark.urls("tests.support.probes")
