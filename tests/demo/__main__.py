@@ -8,8 +8,8 @@ Configured by the environment:
   their request goes on (default 0.1); ``DEMO_SEED``: which ones (random
   unless set);
 - ``DATABASE_URL`` and ``CELERY_BROKER_URL``: PostgreSQL and Redis, as in
-  production; unset, the embedded default (SQLite files in a directory of
-  the demo's own, or ``VAR_DIR`` if set);
+  production; unset, the embedded default (SQLite files in a temporary
+  directory removed at the end, or in ``VAR_DIR`` if set);
 - ``BASE_URL``: a service already running on that database (such as
   ``make run``'s, on ``VAR_DIR=var``), instead of one started here.
 """
@@ -50,10 +50,11 @@ class Settings:
     env: dict[str, str]
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_environ(cls, environ: Mapping[str, str], *, scratch: Path) -> "Settings":
+        """The settings ``environ`` gives; ``scratch`` is the embedded default's directory."""
         servers = {k: environ[k] for k in ("DATABASE_URL", "CELERY_BROKER_URL") if k in environ}
         var_dir = environ.get("VAR_DIR") or (
-            str(ROOT / "var") if "BASE_URL" in environ else tempfile.mkdtemp(prefix="demo-")
+            str(ROOT / "var") if "BASE_URL" in environ else str(scratch)
         )
         return cls(
             orders=int(environ.get("DEMO_ORDERS", "20")),
@@ -168,7 +169,11 @@ def count_in_database(env: Mapping[str, str], tenant: str) -> Outcome:
 
 
 def main() -> int:
-    settings = Settings.from_environ(os.environ)
+    with tempfile.TemporaryDirectory(prefix="demo-") as scratch:
+        return demo(Settings.from_environ(os.environ, scratch=Path(scratch)))
+
+
+def demo(settings: Settings) -> int:
     run = uuid.uuid4().hex[:8]
     tenant = f"demo-{run}"
     print(f"demo: the service on {settings.where}")
