@@ -6,6 +6,7 @@ the test's own, which it may stop and start without touching the suite's.
 """
 
 import enum
+import math
 import os
 import random
 import shutil
@@ -72,29 +73,52 @@ class Fate(enum.Enum):
 
 @dataclass(frozen=True)
 class Shares:
-    """Shares of the connections that ``DROP_ANSWERS`` drops and resets, in random order.
+    """The share of answers ``DROP_ANSWERS`` drops, and the share of connections it resets.
 
-    Dealt in rounds of ``ROUND`` connections with exactly their share of
-    each fate, shuffled: a run's figures are the shares asked for, not a
-    coin's luck, while which connection gets which fate stays unforeseeable.
+    ``drop`` is a share of the answered connections (those not reset):
+    after every connection, at least that share of them lost their answer,
+    and at most one more than that, so a run's figures are the share asked
+    for whenever it stops, not a coin's luck. ``reset`` is a share of all
+    connections, kept the same way. Within those bounds, which connection
+    gets which fate is drawn at random (``seed`` repeats a draw).
     """
 
     drop: float
     reset: float = 0.0
     seed: int | None = None
 
-    ROUND = 20
-
     def deal(self) -> Iterator[Fate]:
         rng = random.Random(self.seed)
-        drops, resets = round(self.drop * self.ROUND), round(self.reset * self.ROUND)
-        if drops + resets > self.ROUND:
-            raise ValueError("the shares of dropped and reset connections exceed 1")
+        resets, drops = _Quota(self.reset, rng), _Quota(self.drop, rng)
         while True:
-            deck = [Fate.DROP] * drops + [Fate.RESET] * resets
-            deck += [Fate.PASS] * (self.ROUND - len(deck))
-            rng.shuffle(deck)
-            yield from deck
+            if resets.take():
+                yield Fate.RESET
+            else:
+                yield Fate.DROP if drops.take() else Fate.PASS
+
+
+class _Quota:
+    """Yes for a share of the draws: at least share * draws (rounded up), at most one more."""
+
+    def __init__(self, share: float, rng: random.Random) -> None:
+        if not 0 <= share <= 1:
+            raise ValueError("a share is between 0 and 1")
+        self.share, self.rng = share, rng
+        self.draws = self.yeses = 0
+
+    def take(self) -> bool:
+        self.draws += 1
+        # The least count of yeses that keeps the share; a hair below an
+        # integer is that integer (0.3 * 10 is 3.0000000000000004).
+        least = math.ceil(self.share * self.draws - 1e-9)
+        if self.yeses < least:
+            yes = True
+        elif self.yeses > least or self.share == 0:
+            yes = False
+        else:
+            yes = self.rng.random() < self.share
+        self.yeses += yes
+        return yes
 
 
 def _every(n: int) -> Iterator[Fate]:
