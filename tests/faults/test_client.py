@@ -9,7 +9,6 @@ it on every retry, so each action happens once whatever was lost.
 
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -110,11 +109,6 @@ def order_and_pay(client: OrderServiceClient, customer_id: str) -> CommandResult
     return placed
 
 
-def run_all(action: Callable[[str], CommandResult], customers: list[str]) -> list[CommandResult]:
-    with ThreadPoolExecutor(4) as pool:
-        return list(pool.map(action, customers))
-
-
 def test_client_through_lost_answers_and_resets(
     deployment: Deployment, token: str, database_url: str
 ) -> None:
@@ -125,8 +119,8 @@ def test_client_through_lost_answers_and_resets(
     with FaultProxy(deployment.service.address, mode=Mode.DROP_ANSWERS, shares=shares) as proxy:
         client, _ = new_client(f"http://127.0.0.1:{proxy.port}", token, figures)
         customers = [f"lossy-{i}" for i in range(16)]
-        with client:
-            placed = run_all(lambda c: order_and_pay(client, c), customers)
+        with client, ThreadPoolExecutor(4) as pool:
+            placed = list(pool.map(lambda c: order_and_pay(client, c), customers))
 
     found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
