@@ -42,6 +42,7 @@ from drf_spectacular.utils import (
 from rest_framework import exceptions as drf
 from rest_framework import serializers
 
+from api.conditional import PreconditionFailed
 from api.errors import (
     DATABASE_RETRY_AFTER_SECONDS,
     InternalError,
@@ -353,6 +354,56 @@ WWW_AUTHENTICATE = OpenApiParameter(
 )
 
 
+ETAG = OpenApiParameter(
+    "ETag",
+    location=OpenApiParameter.HEADER,
+    response=[200, 304],
+    required=True,
+    type=str,
+    description=(
+        "A strong entity tag: 128 bits of the SHA-256 of the body, quoted. It changes "
+        "whenever the representation does. Send it back in `If-None-Match` to poll "
+        "cheaply, or in `If-Match` to change the resource only as you read it."
+    ),
+)
+IF_NONE_MATCH = OpenApiParameter(
+    "If-None-Match",
+    location=OpenApiParameter.HEADER,
+    type=str,
+    description=(
+        'One or more ETags (`"…"`, `W/"…"`, comma-separated) or `*`. If one matches the '
+        "current representation (weak comparison), the answer is `304 Not Modified`, with "
+        "the `ETag` and no body."
+    ),
+)
+NOT_MODIFIED = OpenApiResponse(
+    None, "Not modified: `If-None-Match` holds the current ETag. No body; the `ETag` repeats."
+)
+
+
+def if_match_parameter(when: str) -> OpenApiParameter:
+    """``If-Match`` of a command that changes an existing resource; ``when`` says where it acts."""
+    return OpenApiParameter(
+        "If-Match",
+        location=OpenApiParameter.HEADER,
+        type=str,
+        description=(
+            "Optional. The ETag of the resource as you last read it (`GET`), or `*`: "
+            f"{when} A stale tag, or no resource, is `412 PreconditionFailed`, a final "
+            "answer stored and replayed under the key. The header is not part of the "
+            "fingerprint: a retry under the same key replays the first answer, whatever the "
+            "tag says by then."
+        ),
+    )
+
+
+PRECONDITION_FAILED = Refusal(
+    PreconditionFailed(),
+    "`If-Match` names no current ETag of the resource (it changed since you read it), or "
+    "there is none. Read it again and decide. Stored and replayed under the key.",
+)
+
+
 def path_id(name: str, prefix: str) -> OpenApiParameter:
     return OpenApiParameter(
         name,
@@ -524,10 +575,13 @@ def read_schema(
     refusals: Sequence[Refusal],
     parameters: Sequence[OpenApiParameter] = (),
     retry_after: bool = False,
+    conditional: bool = False,
 ) -> Decorator:
     """``extend_schema`` for a read: its body, ``401`` and the other errors.
 
     ``refusals`` are the read's own: ``404`` for a resource, ``400`` for a list.
+    ``conditional``: the read answers an ``ETag``, and ``304`` to ``If-None-Match``
+    (:func:`api.conditional.conditional_read`).
     """
     every_refusal = [
         NOT_AUTHENTICATED,
@@ -544,12 +598,15 @@ def read_schema(
         summary=summary,
         description=description,
         tags=[tag],
-        responses={200: response, **problems},
+        responses={200: response, **({304: NOT_MODIFIED} if conditional else {}), **problems},
         parameters=[
             *parameters,
+            *((IF_NONE_MATCH, ETAG) if conditional else ()),
             REQUEST_ID,
             WWW_AUTHENTICATE,
-            retry_after_header([200, 429, 503] if retry_after else [429, 503]),
+            retry_after_header(
+                ([200, 304] if conditional else [200]) + [429, 503] if retry_after else [429, 503]
+            ),
         ],
     )
 

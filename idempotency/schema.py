@@ -34,12 +34,14 @@ from api.openapi import (
     NOT_ACCEPTABLE,
     NOT_AUTHENTICATED,
     PAYLOAD_TOO_LARGE,
+    PRECONDITION_FAILED,
     REQUEST_ID,
     THROTTLED,
     UNSUPPORTED_MEDIA_TYPE,
     WWW_AUTHENTICATE,
     Decorator,
     Refusal,
+    if_match_parameter,
     location_header,
     problem_responses,
     read_schema,
@@ -105,12 +107,15 @@ KEY_INVALID = Refusal(
 )
 
 
-class KeyConflictDetails(serializers.Serializer):
+class MismatchDetails(serializers.Serializer):
+    """``details`` of a conflict with an earlier request: the key's first, or the id's order."""
+
     mismatch = serializers.ListField(
         child=serializers.CharField(),
         help_text=(
-            "What differs from the key's first request, as JSON Pointers into the request "
-            "(`/items/0/qty`, `/currency`) or `/method`, `/path`; never the values."
+            "Where this request differs from the one it conflicts with, as JSON Pointers "
+            "into the request (`/items/0/qty`, `/currency`) or `/method`, `/path`; never "
+            "the values."
         ),
     )
 
@@ -124,7 +129,7 @@ KEY_CONFLICT = Refusal(
     "Pointers into the request (`/items/0/qty`, `/currency`) or `/method`, `/path`, "
     "never the values; `idempotencyKey` repeats the key.",
     members={
-        "details": KeyConflictDetails,
+        "details": MismatchDetails,
         "idempotencyKey": partial(
             serializers.CharField,
             help_text="`IdempotencyKeyConflict` only: the key that was reused.",
@@ -200,6 +205,7 @@ def command_schema(
     refusals: Sequence[Refusal] = (),
     location: tuple[int, str] | None = None,
     path_parameters: Sequence[OpenApiParameter] = (),
+    if_match: str | None = None,
     examples: Sequence[OpenApiExample] = (),
 ) -> Decorator:
     """``extend_schema`` for a command: the key header and every error it can answer.
@@ -224,6 +230,7 @@ def command_schema(
         COMMAND_INTERNAL_ERROR,
         COMMAND_SERVICE_UNAVAILABLE,
         *refusals,
+        *((PRECONDITION_FAILED,) if if_match is not None else ()),
     ]
     statuses = [*responses, *(r.body["status"] for r in refusal_list)]
     headers = [REQUEST_ID, WWW_AUTHENTICATE, _replayed_header(statuses)]
@@ -240,7 +247,12 @@ def command_schema(
             **responses,
             **problem_responses(refusal_list, operation_id=operation_id, own=refusals),
         },
-        parameters=[*path_parameters, IDEMPOTENCY_KEY, *headers],
+        parameters=[
+            *path_parameters,
+            IDEMPOTENCY_KEY,
+            *((if_match_parameter(if_match),) if if_match is not None else ()),
+            *headers,
+        ],
         examples=list(examples),
     )
 

@@ -31,7 +31,9 @@ class Operation(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROCESSING)
     # The id of what the operation works on and leads to (links.result), as
     # its kind's registration spells it: a payment for a charge, for example.
-    result_id = models.CharField(max_length=32)
+    # Unique per tenant at most (an order's id is), hence the tenant in the
+    # constraint below.
+    result_id = models.CharField(max_length=68)
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.CharField(max_length=500, blank=True)
     attempts = models.PositiveIntegerField(default=0)
@@ -63,7 +65,7 @@ class Operation(models.Model):
             # or succeeded; another may start only after a failure (a refund
             # refused by the provider may be asked for again).
             models.UniqueConstraint(
-                fields=["kind", "result_id"],
+                fields=["tenant", "kind", "result_id"],
                 condition=models.Q(status__in=["processing", "succeeded"]),
                 name="operation_one_live_per_result",
             ),

@@ -20,4 +20,5 @@ get_operation = read_schema(
     refusals=[not_found("operation", "op_5h7j9l1n3p5r7t9v1x3z5b7d9")],
     parameters=[path_id("operation_id", "op")],
     retry_after=True,
+    conditional=True,
 )

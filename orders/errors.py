@@ -56,6 +56,20 @@ class OrderStateConflict(ApplicationError):
     default_message = "The order's state does not allow this command."
 
 
+class OrderAlreadyExists(ApplicationError):
+    """A ``PUT`` names an id that holds a different order.
+
+    A domain refusal, not ``IdempotencyKeyConflict``: the key may be new, it
+    is the id that is taken. Like that conflict, ``details.mismatch`` names
+    where the bodies differ, as JSON Pointers.
+    """
+
+    status_code = 409
+    code = "OrderAlreadyExists"
+    title = "Order already exists"
+    default_message = "This order id holds a different order; choose another id."
+
+
 class OrderAlreadyPaid(ApplicationError):
     status_code = 409
     code = "OrderAlreadyPaid"

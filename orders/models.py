@@ -6,6 +6,11 @@ from django.db import models
 
 from api.ids import new_id
 
+# ``ord_`` and up to 64 characters a client chose (``PUT /v1/orders/{id}``);
+# the ids the service makes are ``ord_`` and 25.
+ORDER_ID_MAX_LENGTH = 68
+ORDER_ID_PATTERN = r"ord_[A-Za-z0-9_-]{1,64}"
+
 
 class Product(models.Model):
     """A catalog entry. The catalog is shared by all tenants."""
@@ -26,7 +31,12 @@ class Order(models.Model):
         PAID = "paid"
         CANCELLED = "cancelled"
 
-    id = models.CharField(primary_key=True, max_length=32, default=partial(new_id, "ord"))
+    # The row's own key, which lines and payments reference; never shown.
+    # Clients see ``id``, which they may choose (``PUT``), so it is unique
+    # only per tenant: two tenants may each have an ``ord_1``, and neither
+    # can tell.
+    internal_id = models.CharField(primary_key=True, max_length=32, default=partial(new_id, "ord"))
+    id = models.CharField(max_length=ORDER_ID_MAX_LENGTH)
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="orders")
     customer_id = models.CharField(max_length=100)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -37,6 +47,12 @@ class Order(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        constraints = [
+            # An id names one order per tenant. A PUT of an id that exists
+            # finds it here: the database, not a look-up beforehand, decides
+            # which of two concurrent PUTs creates the order.
+            models.UniqueConstraint(fields=["tenant", "id"], name="order_id_unique_per_tenant"),
+        ]
         indexes = [
             # The list endpoint: a tenant's orders, newest first.
             models.Index(fields=["tenant", "-created_at", "-id"], name="order_tenant_newest"),

@@ -7,7 +7,7 @@ answers. The examples of refusals are rendered from the real errors
 part from :func:`idempotency.schema.command_schema`.
 """
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
 from api.openapi import (
     CURSOR,
@@ -23,16 +23,18 @@ from api.openapi import (
     read_schema,
     validation_error,
 )
-from idempotency.schema import command_schema
+from idempotency.schema import MismatchDetails, command_schema
 from orders.errors import (
     AmountMismatch,
     CurrencyMismatch,
+    OrderAlreadyExists,
     OrderAlreadyPaid,
     OrderNotFound,
     OrderStateConflict,
     PaymentInProgress,
     UnknownSku,
 )
+from orders.models import ORDER_ID_PATTERN
 from orders.serializers import (
     CancelOrderInput,
     CreateOrderInput,
@@ -45,6 +47,17 @@ from orders.serializers import (
 )
 
 _ORDER_NOT_FOUND = not_found("order", "ord_3k9x0c2m5q8w1e4r7t6y0u2i9")
+_ORDER_BODY = {"customerId": "cust-42", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
+_PRICING_REFUSALS = [
+    Refusal(
+        UnknownSku("Unknown SKU: NOPE.", details={"unknownSkus": ["NOPE"]}),
+        "an item's SKU is not in the catalog.",
+    ),
+    Refusal(
+        CurrencyMismatch("Not priced in RUB: USD1.", details={"skus": ["USD1"], "currency": "RUB"}),
+        "an item is priced in another currency than the order's.",
+    ),
+]
 
 
 create_order = command_schema(
@@ -58,30 +71,9 @@ create_order = command_schema(
         CreateOrderInput,
         {"customerId": "cust-42", "items": [{"sku": "ABC", "qty": 1001}], "currency": "RUB"},
     ),
-    refusals=[
-        Refusal(
-            UnknownSku("Unknown SKU: NOPE.", details={"unknownSkus": ["NOPE"]}),
-            "an item's SKU is not in the catalog.",
-        ),
-        Refusal(
-            CurrencyMismatch(
-                "Not priced in RUB: USD1.", details={"skus": ["USD1"], "currency": "RUB"}
-            ),
-            "an item is priced in another currency than the order's.",
-        ),
-    ],
+    refusals=_PRICING_REFUSALS,
     location=(201, "the new order"),
-    examples=[
-        OpenApiExample(
-            "Two of ABC",
-            value={
-                "customerId": "cust-42",
-                "items": [{"sku": "ABC", "qty": 2}],
-                "currency": "RUB",
-            },
-            request_only=True,
-        )
-    ],
+    examples=[OpenApiExample("Two of ABC", value=_ORDER_BODY, request_only=True)],
 )
 
 
@@ -104,6 +96,60 @@ get_order = read_schema(
     response=OpenApiResponse(OrderOutput, "The order."),
     refusals=[_ORDER_NOT_FOUND],
     parameters=[path_id("order_id", "ord")],
+    conditional=True,
+)
+
+
+put_order = command_schema(
+    operation_id="putOrder",
+    summary="Place an order under an id you choose",
+    description=(
+        "The same body and rules as `POST /v1/orders`, under the id in the path: "
+        "`ord_` followed by 1 to 64 of `A-Z a-z 0-9 _ -` (anything else is "
+        "`400 ValidationError`, refused before the command starts and not stored). "
+        "Ids are per tenant: another tenant's order under the same id is invisible "
+        "and never in the way.\n\n"
+        "The id names the intent, beside the key: `201` places the order; if the id "
+        "holds an equivalent order already (the same `customerId`, `currency` and "
+        "`items`, placed under any key), the answer is `200` with that order and "
+        "nothing is placed; if it holds a different one, `409 OrderAlreadyExists` "
+        "names the members that differ. So a client that lost the answer may send "
+        "the `PUT` again even under a new key."
+    ),
+    tag="orders",
+    request=CreateOrderInput,
+    responses={
+        201: OpenApiResponse(OrderCommandOutput, "The order was placed under the id."),
+        200: OpenApiResponse(OrderCommandOutput, "The id holds this equivalent order already."),
+    },
+    invalid=validation_error(
+        CreateOrderInput,
+        {"customerId": "cust-42", "items": [{"sku": "ABC", "qty": 1001}], "currency": "RUB"},
+    ),
+    refusals=[
+        Refusal(
+            OrderAlreadyExists(details={"mismatch": ["/items/0/qty"]}),
+            "the id holds a different order; `details.mismatch` lists the JSON Pointers "
+            "into your body where it differs.",
+            members={"details": MismatchDetails},
+        ),
+        *_PRICING_REFUSALS,
+    ],
+    location=(201, "the new order"),
+    path_parameters=[
+        OpenApiParameter(
+            "order_id",
+            location=OpenApiParameter.PATH,
+            required=True,
+            type={"type": "string", "pattern": f"^{ORDER_ID_PATTERN}$"},
+            description="The id you choose: `ord_` followed by 1 to 64 of `A-Z a-z 0-9 _ -`.",
+        )
+    ],
+    if_match=(
+        "the order must exist and have this tag (`*`: exist at all), so a `PUT` with "
+        "`If-Match` never places an order. Without it, the rules above apply."
+    ),
+    examples=[OpenApiExample("Two of ABC", value=_ORDER_BODY, request_only=True)],
 )
 
 
@@ -132,6 +178,11 @@ cancel_order = command_schema(
     ],
     location=(202, "the refund operation"),
     path_parameters=[path_id("order_id", "ord")],
+    if_match=(
+        "the order is cancelled only if it still has this tag, so a cancel decided on "
+        "what you read is refused once the order has changed (paid, say). Without it, "
+        "the order is cancelled whatever its state allows."
+    ),
     examples=[
         OpenApiExample("With a reason", value={"reason": "Ordered by mistake."}, request_only=True)
     ],
@@ -215,6 +266,7 @@ get_payment = read_schema(
     response=OpenApiResponse(PaymentOutput, "The payment."),
     refusals=[not_found("payment", "pay_8d2k4n6p0r1t3v5x7z9b2c4e6")],
     parameters=[path_id("payment_id", "pay")],
+    conditional=True,
 )
 
 

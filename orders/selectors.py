@@ -17,7 +17,7 @@ def get_order(*, tenant: Tenant, order_id: str) -> Order:
     :raises NoSuchOrder: no such order in this tenant (another tenant's is as
         absent as a missing one).
     """
-    order = orders_of(tenant=tenant).filter(pk=order_id).first()
+    order = orders_of(tenant=tenant).filter(id=order_id).first()
     if order is None:
         raise NoSuchOrder(f"No order {order_id}.")
     return order
@@ -28,7 +28,8 @@ def get_payment(*, tenant: Tenant, payment_id: str) -> Payment:
 
     :raises NoSuchPayment: no such payment in this tenant.
     """
-    payment = Payment.objects.filter(tenant=tenant, pk=payment_id).first()
+    # With its order, whose id (unique per tenant, not the row's key) it shows.
+    payment = Payment.objects.select_related("order").filter(tenant=tenant, pk=payment_id).first()
     if payment is None:
         raise NoSuchPayment(f"No payment {payment_id}.")
     return payment

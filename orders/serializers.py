@@ -5,11 +5,12 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from api.conditional import entity_tag_of
 from api.fields import StrictCharField, StrictIntegerField, StrictSerializer
 from operations.models import Operation
 from operations.serializers import operation_path
 from orders.links import order_path, payment_path
-from orders.models import Order, OrderItem, Payment
+from orders.models import ORDER_ID_MAX_LENGTH, Order, OrderItem, Payment
 from orders.services import NewOrder, NewPayment, OrderLine
 from provider.gateway import get_gateway
 
@@ -102,6 +103,11 @@ class OrderCommandOutput(serializers.Serializer):
         return {"status": "succeeded", "order": order, "links": {"self": order_path(order.id)}}
 
 
+def order_etag(order: Order) -> str:
+    """The ETag a read of the order (``GET /v1/orders/{id}``) answers as it is now."""
+    return entity_tag_of(OrderOutput(order).data)
+
+
 class PaymentMethodField(serializers.ChoiceField):
     """One of the configured payment provider's methods: an enum in the schema.
 
@@ -126,7 +132,7 @@ class PaymentMethodField(serializers.ChoiceField):
 
 
 class CreatePaymentInput(StrictSerializer):
-    orderId = StrictCharField(max_length=32)  # noqa: N815
+    orderId = StrictCharField(max_length=ORDER_ID_MAX_LENGTH)  # noqa: N815
     amount = StrictIntegerField(min_value=1)
     currency = serializers.RegexField(
         r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code such as RUB."}
@@ -156,7 +162,7 @@ class PaymentLinksOutput(serializers.Serializer):
 
 
 class PaymentOutput(serializers.ModelSerializer):
-    orderId = serializers.CharField(source="order_id")  # noqa: N815
+    orderId = serializers.CharField(source="order.id")  # noqa: N815
     failureCode = serializers.SerializerMethodField()  # noqa: N815
     createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
     updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
@@ -181,7 +187,7 @@ class PaymentOutput(serializers.ModelSerializer):
 
     @extend_schema_field(PaymentLinksOutput)
     def get_links(self, payment: Payment) -> dict[str, str]:
-        return {"self": payment_path(payment.id), "order": order_path(payment.order_id)}
+        return {"self": payment_path(payment.id), "order": order_path(payment.order.id)}
 
 
 class AcceptedLinksOutput(serializers.Serializer):

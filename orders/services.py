@@ -22,6 +22,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.models import Tenant
+from api.conditional import IfMatch
+from api.ids import new_id
 from operations import registry
 from operations.models import Operation
 from operations.services import finish_operation, start_operation
@@ -29,6 +31,7 @@ from orders.errors import (
     AmountMismatch,
     CurrencyMismatch,
     NoSuchOrder,
+    OrderAlreadyExists,
     OrderAlreadyPaid,
     OrderNotFound,
     OrderStateConflict,
@@ -37,6 +40,7 @@ from orders.errors import (
 )
 from orders.links import order_path, payment_path
 from orders.models import Order, OrderItem, Payment, Product
+from orders.selectors import orders_of
 from provider.gateway import ProviderResult, ProviderUnavailable, get_gateway
 
 CHARGE_PAYMENT = "payment.charge"
@@ -71,11 +75,66 @@ class NewOrder:
 
 
 def create_order(*, tenant: Tenant, new_order: NewOrder) -> Order:
-    """Place an order priced from the catalog.
+    """Place an order under a new id, priced from the catalog.
 
     :raises UnknownSku: an item's SKU is not in the catalog.
     :raises CurrencyMismatch: an item is priced in another currency.
     """
+    with transaction.atomic(savepoint=False):
+        return _place(tenant=tenant, new_order=new_order, order_id=None)
+
+
+@dataclass(frozen=True)
+class Placement:
+    order: Order
+    # False when the id held an equivalent order already.
+    created: bool
+
+
+def put_order(
+    *,
+    tenant: Tenant,
+    order_id: str,
+    new_order: NewOrder,
+    if_match: IfMatch[Order] | None = None,
+) -> Placement:
+    """Place an order under the id the client chose, unless the id holds it already.
+
+    The id is the client's intent: an order already under it that is
+    equivalent (the same customer, currency and lines, whatever the prices
+    have become) is the answer, not an error, so a client that lost the
+    answer to its first PUT may send another under a new key.
+
+    :raises PreconditionFailed: ``if_match`` does not match the order under
+        the id, or there is none.
+    :raises OrderAlreadyExists: the id holds a different order.
+    :raises UnknownSku: an item's SKU is not in the catalog.
+    :raises CurrencyMismatch: an item is priced in another currency.
+    """
+    with transaction.atomic(savepoint=False):
+        existing = orders_of(tenant=tenant).filter(id=order_id).first()
+        if existing is None and if_match is None:
+            try:
+                # A savepoint: another PUT of the id may insert it first, and
+                # the unique index refuses ours only once that one commits;
+                # then we go on, in this transaction, with the order it made.
+                with transaction.atomic():
+                    return Placement(
+                        _place(tenant=tenant, new_order=new_order, order_id=order_id),
+                        created=True,
+                    )
+            except IntegrityError:
+                existing = orders_of(tenant=tenant).get(id=order_id)
+        if if_match is not None:
+            if_match.check(existing)
+        assert existing is not None  # noqa: S101 - if_match.check refuses a missing order
+        if mismatch := _differences(existing, new_order):
+            raise OrderAlreadyExists(details={"mismatch": mismatch})
+        return Placement(existing, created=False)
+
+
+def _place(*, tenant: Tenant, new_order: NewOrder, order_id: str | None) -> Order:
+    """Insert the order and its lines; ``order_id`` None for an id of our own."""
     skus = {line.sku for line in new_order.items}
     products = Product.objects.in_bulk(skus)
     if unknown := sorted(skus - products.keys()):
@@ -96,19 +155,45 @@ def create_order(*, tenant: Tenant, new_order: NewOrder) -> Order:
         )
         for position, line in enumerate(new_order.items)
     ]
-    with transaction.atomic(savepoint=False):
-        order = Order.objects.create(
-            tenant=tenant,
-            customer_id=new_order.customer_id,
-            currency=new_order.currency,
-            total_amount=sum(line.line_total for line in lines),
-        )
-        for line in lines:
-            line.order = order
-        OrderItem.objects.bulk_create(lines)
+    # An id of our own is unique everywhere, so it serves as the row's key too.
+    internal_id = new_id("ord")
+    order = Order.objects.create(
+        internal_id=internal_id,
+        id=order_id or internal_id,
+        tenant=tenant,
+        customer_id=new_order.customer_id,
+        currency=new_order.currency,
+        total_amount=sum(line.line_total for line in lines),
+    )
+    for line in lines:
+        line.order = order
+    OrderItem.objects.bulk_create(lines)
     order.lines = lines
     order.payment_ids = []
     return order
+
+
+def _differences(order: Order, new_order: NewOrder) -> list[str]:
+    """Where ``new_order`` differs from ``order``: JSON Pointers into the request body."""
+    differences = [
+        pointer
+        for pointer, ours, theirs in (
+            ("/customerId", order.customer_id, new_order.customer_id),
+            ("/currency", order.currency, new_order.currency),
+        )
+        if ours != theirs
+    ]
+    for position in range(max(len(order.lines), len(new_order.items))):
+        if position >= min(len(order.lines), len(new_order.items)):
+            differences.append(f"/items/{position}")
+            continue
+        line, asked = order.lines[position], new_order.items[position]
+        differences += [
+            f"/items/{position}/{name}"
+            for name, ours, theirs in (("sku", line.sku, asked.sku), ("qty", line.qty, asked.qty))
+            if ours != theirs
+        ]
+    return differences
 
 
 @dataclass(frozen=True)
@@ -118,19 +203,30 @@ class Cancellation:
     refund: Operation | None = None
 
 
-def cancel_order(*, tenant: Tenant, order_id: str, reason: str = "") -> Cancellation:
+def cancel_order(
+    *,
+    tenant: Tenant,
+    order_id: str,
+    reason: str = "",
+    if_match: IfMatch[Order] | None = None,
+) -> Cancellation:
     """Cancel an order: at once if pending, through a refund if paid.
 
     Cancelling a cancelled order changes nothing, and cancelling an order
     whose refund is under way answers that refund.
 
     :raises NoSuchOrder: no such order in this tenant.
+    :raises PreconditionFailed: ``if_match`` does not match the order; it is
+        checked under the order's lock, so that of two cancels sent with one
+        tag, the second sees the first's change.
     :raises OrderStateConflict: a payment of the order is processing.
     """
     with transaction.atomic(savepoint=False):
         order = _lock_order(order_id, tenant=tenant)
         if order is None:
             raise NoSuchOrder(f"No order {order_id}.")
+        if if_match is not None:
+            if_match.check(order)
         if order.status == Order.Status.CANCELLED:
             return Cancellation(order=order)
         if order.status == Order.Status.PAID:
@@ -146,8 +242,8 @@ def cancel_order(*, tenant: Tenant, order_id: str, reason: str = "") -> Cancella
     return Cancellation(order=order)
 
 
-def _lock_order(order_id: str, *, tenant: Tenant | None = None) -> Order | None:
-    """The order with its row locked until the transaction ends; None if there is none.
+def _lock_order(order_id: str, *, tenant: Tenant) -> Order | None:
+    """The tenant's order with its row locked until the transaction ends; None if there is none.
 
     The one lock of an order, taken first by everything that writes it or
     its payments: payments and cancels of one order take turns, so each
@@ -157,13 +253,14 @@ def _lock_order(order_id: str, *, tenant: Tenant | None = None) -> Order | None:
     ``payment_one_live_per_order``; were the payment updated before the
     order is locked, each would wait for the other (a deadlock, and a 500).
 
-    ``tenant``: the caller's, for a command (another tenant's order is as
-    absent as a missing one); a worker names the order of its operation.
+    Another tenant's order is as absent as a missing one.
     """
-    orders = Order.objects.select_for_update()
-    if tenant is not None:
-        orders = orders.filter(tenant=tenant)
-    return orders.filter(pk=order_id).first()
+    return Order.objects.select_for_update().filter(tenant=tenant, id=order_id).first()
+
+
+def _lock_order_row(internal_id: str) -> None:
+    """Lock the order a worker's payment belongs to (see :func:`_lock_order`)."""
+    Order.objects.select_for_update().filter(pk=internal_id).first()
 
 
 # --- Payments ---------------------------------------------------------------
@@ -233,7 +330,7 @@ def charge_payment(operation: Operation) -> None:
     )
     now = timezone.now()
     with transaction.atomic():
-        _lock_order(payment.order_id)
+        _lock_order_row(payment.order_id)
         if not _finish(operation, result, declined="PaymentDeclined", what="payment"):
             return  # another attempt recorded the outcome first
         Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
@@ -254,7 +351,10 @@ def _start_refund(order: Order) -> Operation:
     The caller holds the order's row lock.
     """
     under_way = Operation.objects.filter(
-        kind=REFUND_ORDER, result_id=order.id, status=Operation.Status.PROCESSING
+        tenant=order.tenant_id,
+        kind=REFUND_ORDER,
+        result_id=order.id,
+        status=Operation.Status.PROCESSING,
     ).first()
     return under_way or start_operation(tenant=order.tenant, kind=REFUND_ORDER, result_id=order.id)
 
@@ -265,7 +365,11 @@ def refund_order(operation: Operation) -> None:
 
     :raises ProviderUnavailable: the outcome is unknown; retry.
     """
-    payment = Payment.objects.get(order_id=operation.result_id, status=Payment.Status.SUCCEEDED)
+    payment = Payment.objects.get(
+        order__tenant=operation.tenant_id,
+        order__id=operation.result_id,
+        status=Payment.Status.SUCCEEDED,
+    )
     result = get_gateway().refund(
         # Derived from the refund operation: its retries and redeliveries are
         # one refund, and a new refund after a declined one is a new call.
@@ -276,7 +380,7 @@ def refund_order(operation: Operation) -> None:
     )
     now = timezone.now()
     with transaction.atomic():
-        _lock_order(payment.order_id)
+        _lock_order_row(payment.order_id)
         if not _finish(operation, result, declined="RefundDeclined", what="refund"):
             return  # another attempt recorded the outcome first
         if not result.succeeded:

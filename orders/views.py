@@ -4,18 +4,25 @@ Their OpenAPI descriptions are in orders/schema.py; the idempotency layer
 (``@idempotent_command``) makes every command safe to retry.
 """
 
+import re
+from typing import Any
+
 from rest_framework import status
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.authentication import principal_of
+from api.conditional import IfMatch, conditional_read
 from api.pagination import NewestFirstCursorPagination
 from idempotency.commands import idempotent_command
 from operations.replay import with_current_status
 from operations.serializers import polling_headers
 from orders import schema, selectors, services
+from orders.errors import NoSuchOrder
 from orders.links import order_path
+from orders.models import ORDER_ID_PATTERN
 from orders.serializers import (
     CancelOrderInput,
     CreateOrderInput,
@@ -25,7 +32,11 @@ from orders.serializers import (
     PaymentAcceptedOutput,
     PaymentOutput,
     RefundAcceptedOutput,
+    order_etag,
 )
+
+ORDER_ID = re.compile(ORDER_ID_PATTERN)
+ORDER_ID_RULE = "Must be ord_ followed by 1 to 64 of A-Z, a-z, 0-9, _ and -."
 
 
 class OrderCollection(APIView):
@@ -55,10 +66,42 @@ class OrderCollection(APIView):
 
 
 class OrderDetail(APIView):
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # Any path segment routes here, so that a PUT of an id no client may
+        # choose is a 400 that says why rather than a routing 404. Either way
+        # it is refused before a command starts or a query runs.
+        if not ORDER_ID.fullmatch(kwargs["order_id"]):
+            if request.method == "PUT":
+                raise ValidationError({"orderId": [ORDER_ID_RULE]})
+            raise NoSuchOrder("No such order.")
+
     @schema.get_order
+    @conditional_read
     def get(self, request: Request, order_id: str) -> Response:
         order = selectors.get_order(tenant=principal_of(request).tenant, order_id=order_id)
         return Response(OrderOutput(order).data)
+
+    @schema.put_order
+    @idempotent_command
+    def put(self, request: Request, order_id: str) -> Response:
+        payload = CreateOrderInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+
+        placement = services.put_order(
+            tenant=principal_of(request).tenant,
+            order_id=order_id,
+            new_order=payload.to_new_order(),
+            if_match=IfMatch.of(request, tag_of=order_etag),
+        )
+
+        if placement.created:
+            return Response(
+                OrderCommandOutput(OrderCommandOutput.of(placement.order)).data,
+                status=status.HTTP_201_CREATED,
+                headers={"Location": order_path(order_id)},
+            )
+        return Response(OrderCommandOutput(OrderCommandOutput.of(placement.order)).data)
 
 
 class OrderCancel(APIView):
@@ -72,6 +115,7 @@ class OrderCancel(APIView):
             tenant=principal_of(request).tenant,
             order_id=order_id,
             reason=payload.validated_data.get("reason", ""),
+            if_match=IfMatch.of(request, tag_of=order_etag),
         )
 
         if cancellation.refund is not None:
@@ -105,6 +149,7 @@ class PaymentCollection(APIView):
 
 class PaymentDetail(APIView):
     @schema.get_payment
+    @conditional_read
     def get(self, request: Request, payment_id: str) -> Response:
         payment = selectors.get_payment(tenant=principal_of(request).tenant, payment_id=payment_id)
         return Response(PaymentOutput(payment).data)

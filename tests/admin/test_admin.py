@@ -53,7 +53,7 @@ def records(api: Api, order_body: dict[str, Any]) -> Records:
     """An order and its payment placed through the API, and the simulator's records of a charge."""
     created = api.post("/v1/orders", order_body, key="admin-order")
     assert created.status_code == 201
-    order = Order.objects.get(pk=json.loads(created.content)["orderId"])
+    order = Order.objects.get(id=json.loads(created.content)["orderId"])
     paid = api.post(
         "/v1/payments",
         {

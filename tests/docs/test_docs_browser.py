@@ -111,7 +111,7 @@ def test_swagger_ui_renders_every_endpoint_offline(
     assert "/v1/orders" in text
     assert "/v1/payments" in text
     assert "/v1/operations/{operationId}" in text
-    assert page.locator(".opblock").count() == 8
+    assert page.locator(".opblock").count() == 9
     assert traffic.external == []
     assert traffic.blocked == []
     assert traffic.failures == []

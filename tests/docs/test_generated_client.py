@@ -190,3 +190,48 @@ def test_a_generated_client_pays_pages_and_refunds(client: Client) -> None:
     assert refunded.links.result == f"/v1/orders/{paid.order_id}"
     assert cancelled.parsed.status == models.OrderStatusEnum.CANCELLED
     assert cancelled.parsed.links.self_ == f"/v1/orders/{paid.order_id}"
+
+
+def test_a_generated_client_chooses_ids_and_sends_entity_tags(client: Client) -> None:
+    models = client.models
+    body = models.CreateOrderInput(
+        customer_id="cust-generated",
+        items=[models.OrderLineInput(sku="ABC", qty=2)],
+        currency="RUB",
+    )
+
+    placed = client.call("orders", "put_order", "ord_generated-1", body=body, idempotency_key="g1")
+    again = client.call("orders", "put_order", "ord_generated-1", body=body, idempotency_key="g2")
+    read = client.call("orders", "get_order", "ord_generated-1")
+    unchanged = client.call(
+        "orders", "get_order", "ord_generated-1", if_none_match=read.headers["ETag"]
+    )
+    stale = client.call(
+        "orders",
+        "cancel_order",
+        "ord_generated-1",
+        body=models.CancelOrderInput(),
+        idempotency_key="g3",
+        if_match='"stale"',
+    )
+    cancelled = client.call(
+        "orders",
+        "cancel_order",
+        "ord_generated-1",
+        body=models.CancelOrderInput(),
+        idempotency_key="g4",
+        if_match=read.headers["ETag"],
+    )
+
+    assert placed.status_code == 201
+    assert placed.parsed.order_id == "ord_generated-1"
+    assert placed.headers["Location"] == "/v1/orders/ord_generated-1"
+    assert again.status_code == 200
+    assert again.parsed.order.id == "ord_generated-1"
+    assert "Idempotent-Replayed" not in again.headers
+    assert unchanged.status_code == 304
+    assert unchanged.headers["ETag"] == read.headers["ETag"]
+    assert stale.status_code == 412
+    assert isinstance(stale.parsed, models.PreconditionFailedProblem)
+    assert cancelled.status_code == 200
+    assert cancelled.parsed.order.status == models.OrderStatusEnum.CANCELLED

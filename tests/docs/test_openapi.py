@@ -60,7 +60,7 @@ def test_the_schema_is_served_without_authentication() -> None:
 def test_every_command_requires_an_idempotency_key(schema: dict[str, Any]) -> None:
     commands = operations(schema, COMMAND_METHODS)
 
-    assert len(commands) == 3
+    assert len(commands) == 4
     for path, method, operation in commands:
         keys = [
             p

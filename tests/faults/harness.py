@@ -274,7 +274,7 @@ def audit(database_url: str, *, orders: Sequence[str], paid: Sequence[str] = ())
             db.execute(
                 "SELECT o.customer_id, count(*) FROM provider_ledgerentry l"
                 " JOIN orders_payment p ON p.id = l.payment_id"
-                " JOIN orders_order o ON o.id = p.order_id"
+                " JOIN orders_order o ON o.internal_id = p.order_id"
                 " WHERE l.kind = 'charge' AND l.succeeded AND o.customer_id = ANY(%s)"
                 " GROUP BY o.customer_id",
                 [list(paid)],
@@ -331,7 +331,12 @@ def waiting_on_a_lock(database_url: str) -> int:
 
 def payments_of(database_url: str, order_id: str) -> int:
     """How many payments of the order are committed."""
-    return _count(database_url, "SELECT count(*) FROM orders_payment WHERE order_id = %s", order_id)
+    return _count(
+        database_url,
+        "SELECT count(*) FROM orders_payment p"
+        " JOIN orders_order o ON o.internal_id = p.order_id WHERE o.id = %s",
+        order_id,
+    )
 
 
 def claimed_operations(database_url: str) -> list[str]:

@@ -81,7 +81,7 @@ def test_a_chunked_cancel_keeps_its_reason(service: LiveService, api: Api) -> No
     cancelled = post(service, api, f"/v1/orders/{order['id']}/cancel", chunks(reason), "c-1")
 
     assert cancelled.status_code == 200, cancelled.text
-    assert Order.objects.get(pk=order["id"]).cancel_reason == "Ordered by mistake."
+    assert Order.objects.get(id=order["id"]).cancel_reason == "Ordered by mistake."
 
 
 def test_a_chunked_body_over_the_limit_is_refused_and_the_key_stays_free(
@@ -116,7 +116,7 @@ def test_a_body_shorter_than_its_content_length_is_refused_and_the_key_stays_fre
     )
     assert retried.status_code == 200
     assert "Idempotent-Replayed" not in retried.headers
-    assert Order.objects.get(pk=order["id"]).cancel_reason == "half"
+    assert Order.objects.get(id=order["id"]).cancel_reason == "half"
     assert IdempotencyKey.objects.filter(key="cut").count() == 1
 
 

@@ -352,7 +352,7 @@ def test_another_endpoint_or_path_parameter_with_the_same_key_is_a_conflict(
     assert problem(other_endpoint)["details"]["mismatch"][0] == "/path"
     assert other_parameter.status_code == 409
     assert problem(other_parameter)["details"]["mismatch"] == ["/path"]
-    assert Order.objects.get(pk=second).status == Order.Status.PENDING
+    assert Order.objects.get(id=second).status == Order.Status.PENDING
 
 
 # --- Rule 7 — In flight ------------------------------------------------------

@@ -339,7 +339,7 @@ def test_a_payment_storm_through_the_pooler_charges_once(pooled: Pooled, remote:
     assert len({(a["paymentId"], a["operationId"]) for a in answers}) == 1
     assert sum("Idempotent-Replayed" not in r.headers for r in responses) == 1
     assert operation["status"] == "succeeded"
-    assert Payment.objects.filter(order_id=order["id"]).count() == 1
+    assert Payment.objects.filter(order__id=order["id"]).count() == 1
     assert [(e["kind"], e["paymentId"]) for e in ledger(pooled)] == [
         ("charge", answers[0]["paymentId"])
     ]

@@ -322,7 +322,7 @@ def test_the_state_of_the_order_can_refuse_a_payment(api: Api, order_body: dict[
 def test_the_database_refuses_a_second_live_payment_of_one_order(
     api: Api, order_body: dict[str, Any]
 ) -> None:
-    order = Order.objects.get(pk=place_order(api, order_body)["id"])
+    order = Order.objects.get(id=place_order(api, order_body)["id"])
     fields = {"tenant": order.tenant, "order": order, "amount": 1, "currency": "RUB"}
     Payment.objects.create(payment_method="pm_card_ok", **fields)
 

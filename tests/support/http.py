@@ -7,6 +7,7 @@ The fixtures that hand these out (``api``, ``other_api``, ``stranger_api``,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,8 +50,24 @@ class Api:
         self, path: str, body: Any = None, *, key: str | None = None, **headers: str
     ) -> ClientResponse:
         """POST ``body`` as JSON (text or bytes are sent as they are)."""
+        return self._send(self.client.post, path, body, key, headers)
+
+    def put(
+        self, path: str, body: Any = None, *, key: str | None = None, **headers: str
+    ) -> ClientResponse:
+        """PUT ``body`` as JSON (text or bytes are sent as they are)."""
+        return self._send(self.client.put, path, body, key, headers)
+
+    def _send(
+        self,
+        method: Callable[..., ClientResponse],
+        path: str,
+        body: Any,
+        key: str | None,
+        headers: dict[str, str],
+    ) -> ClientResponse:
         raw = body if isinstance(body, str | bytes) else json.dumps(body)
-        return self.client.post(
+        return method(
             path,
             data=raw if body is not None else "",
             content_type="application/json",
