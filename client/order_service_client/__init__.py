@@ -12,6 +12,8 @@ promise, the part only a client can keep:
   (:mod:`order_service_client.retry`);
 - the service's problem+json errors as exceptions
   (:mod:`order_service_client.errors`);
+- orders placed under ids the caller chooses (``put_order``), and commands
+  conditional on the version read (``get_order_versioned``, ``if_match``);
 - polling of asynchronous operations, and cursor pagination.
 
 ::
@@ -36,7 +38,7 @@ The package needs httpx alone; :class:`AsyncOrderServiceClient` is the
 asyncio twin.
 """
 
-from order_service_client._core import CommandResult
+from order_service_client._core import CommandResult, Versioned
 from order_service_client._version import __version__
 from order_service_client.aio import AsyncOrderServiceClient
 from order_service_client.client import OrderServiceClient
@@ -51,6 +53,7 @@ from order_service_client.errors import (
     IdempotencyKeyInProgress,
     NotFound,
     OperationTimeout,
+    OrderAlreadyExists,
     OrderServiceError,
     PermissionDenied,
     PreconditionFailed,
@@ -79,6 +82,7 @@ __all__ = [
     "MemoryKeyStore",
     "NotFound",
     "OperationTimeout",
+    "OrderAlreadyExists",
     "OrderServiceClient",
     "OrderServiceError",
     "PermissionDenied",
@@ -91,6 +95,7 @@ __all__ = [
     "Throttled",
     "Unprocessable",
     "ValidationFailed",
+    "Versioned",
     "__version__",
     "error_from_response",
     "new_key",

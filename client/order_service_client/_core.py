@@ -1,7 +1,7 @@
 """What the blocking and the asyncio clients share: everything but sending and sleeping.
 
-Each public call becomes a :class:`_Call` (method, path, body bytes and
-key, fixed before the first attempt), and an :class:`_Attempts` keeps the
+Each public call becomes a :class:`_Call` (method, path, body bytes, key
+and ``If-Match``, fixed before the first attempt), and an :class:`_Attempts` keeps the
 retry loop's books: it asks the :class:`RetryPolicy` after each outcome,
 tells ``on_retry``, and raises :class:`RetriesExhausted` when the policy
 says stop. The two clients' loops are then a few lines each, differing
@@ -75,26 +75,69 @@ class CommandResult:
 
 
 @dataclass(frozen=True)
+class Versioned:
+    """A read's answer with its version: the body and the ``ETag`` it was served with.
+
+    Pass :attr:`etag` as ``if_match`` to a command that changes the
+    resource (``cancel``, ``put_order``) to have it done only to the
+    version read, and refused with :class:`PreconditionFailed` otherwise.
+
+    :ivar body: the answer's JSON, as the service sent it (camelCase).
+    :ivar etag: the ``ETag`` header as sent (a quoted strong tag, such as
+        ``"3f2a…"``), ``None`` if the answer had none (something in front
+        of the service dropped it). ``if_match=None`` sends no precondition,
+        so check for ``None`` where the command must be conditional.
+    :ivar headers: the answer's headers.
+    """
+
+    body: dict[str, Any]
+    etag: str | None
+    headers: httpx.Headers
+
+
+@dataclass(frozen=True)
 class _Call:
-    """One call, fixed before its first attempt: every retry sends exactly this."""
+    """One call, fixed before its first attempt: every retry sends exactly this.
+
+    ``if_match`` too: a retry is the same request, conditional on the same
+    version. The service answers a retry from the key's stored outcome
+    before it looks at ``If-Match``, so an attempt that changed the
+    resource and lost its answer is reported, not refused as stale.
+    """
 
     method: str
     path: str
     content: bytes | None = None
     key: str | None = None
     intent: str | None = None
+    if_match: str | None = None
 
     @property
     def headers(self) -> dict[str, str]:
-        if self.key is None:
-            return {}
-        return {"Content-Type": "application/json", "Idempotency-Key": self.key}
+        headers: dict[str, str] = {}
+        if self.key is not None:
+            headers["Content-Type"] = "application/json"
+            headers["Idempotency-Key"] = self.key
+        if self.if_match is not None:
+            headers["If-Match"] = self.if_match
+        return headers
 
 
 def _path(template: str, *ids: str) -> str:
     # An id is one path segment, whatever it holds: "../" or "?" in an id
     # must not reach another resource.
     return template.format(*(quote(value, safe="") for value in ids))
+
+
+def _order_body(
+    *, customer_id: str, currency: str, items: Sequence[Mapping[str, object]]
+) -> dict[str, Any]:
+    """The body of ``POST /v1/orders`` and of ``PUT /v1/orders/{id}``, which is the same."""
+    return {
+        "customerId": customer_id,
+        "items": [dict(item) for item in items],
+        "currency": currency,
+    }
 
 
 def _check_key(key: str) -> str:
@@ -268,6 +311,7 @@ class _ClientCore:
         *,
         key: str | None,
         intent: str | None,
+        if_match: str | None = None,
     ) -> _Call:
         # Encoded once, so every attempt sends the same bytes; NaN is no JSON.
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -275,7 +319,14 @@ class _ClientCore:
             raise ValueError("pass a key or an intent, not both")
         if key is None:
             key = new_key() if intent is None else self._key_store.key_for(intent)
-        return _Call(method, path, content=content.encode(), key=_check_key(key), intent=intent)
+        return _Call(
+            method,
+            path,
+            content=content.encode(),
+            key=_check_key(key),
+            intent=intent,
+            if_match=if_match,
+        )
 
     def _create_order_call(
         self,
@@ -286,12 +337,25 @@ class _ClientCore:
         key: str | None,
         intent: str | None,
     ) -> _Call:
-        body = {
-            "customerId": customer_id,
-            "items": [dict(item) for item in items],
-            "currency": currency,
-        }
+        body = _order_body(customer_id=customer_id, currency=currency, items=items)
         return self._command("POST", "/v1/orders", body, key=key, intent=intent)
+
+    def _put_order_call(
+        self,
+        order_id: str,
+        *,
+        customer_id: str,
+        currency: str,
+        items: Sequence[Mapping[str, object]],
+        key: str | None,
+        intent: str | None,
+        if_match: str | None,
+    ) -> _Call:
+        # The id is not checked here: the service says what it accepts, and
+        # quoting keeps whatever it holds in its one path segment.
+        body = _order_body(customer_id=customer_id, currency=currency, items=items)
+        path = _path("/v1/orders/{}", order_id)
+        return self._command("PUT", path, body, key=key, intent=intent, if_match=if_match)
 
     def _pay_call(
         self,
@@ -312,11 +376,17 @@ class _ClientCore:
         return self._command("POST", "/v1/payments", body, key=key, intent=intent)
 
     def _cancel_call(
-        self, order_id: str, *, reason: str, key: str | None, intent: str | None
+        self,
+        order_id: str,
+        *,
+        reason: str,
+        key: str | None,
+        intent: str | None,
+        if_match: str | None,
     ) -> _Call:
         body = {"reason": reason} if reason else {}
         path = _path("/v1/orders/{}/cancel", order_id)
-        return self._command("POST", path, body, key=key, intent=intent)
+        return self._command("POST", path, body, key=key, intent=intent, if_match=if_match)
 
     # Answers.
 
@@ -350,6 +420,14 @@ class _ClientCore:
         if not response.is_success:
             raise error_from_response(response)
         return _json_object(response, key=None)
+
+    def _versioned(self, response: httpx.Response) -> Versioned:
+        """A read's answer with its ``ETag``; its error raised if it is one."""
+        return Versioned(
+            body=self._read(response),
+            etag=response.headers.get("ETag"),
+            headers=response.headers,
+        )
 
     def _poll_delay(
         self,

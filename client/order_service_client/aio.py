@@ -17,7 +17,14 @@ from typing import Any, Self
 
 import httpx
 
-from order_service_client._core import CommandResult, _Call, _ClientCore, _operation_id, _path
+from order_service_client._core import (
+    CommandResult,
+    Versioned,
+    _Call,
+    _ClientCore,
+    _operation_id,
+    _path,
+)
 from order_service_client.keys import KeyStore
 from order_service_client.retry import RetryEvent, RetryPolicy
 
@@ -88,6 +95,29 @@ class AsyncOrderServiceClient(_ClientCore):
             )
         )
 
+    async def put_order(
+        self,
+        order_id: str,
+        *,
+        customer_id: str,
+        currency: str,
+        items: Sequence[Mapping[str, object]],
+        key: str | None = None,
+        intent: str | None = None,
+        if_match: str | None = None,
+    ) -> CommandResult:
+        return await self._run(
+            self._put_order_call(
+                order_id,
+                customer_id=customer_id,
+                currency=currency,
+                items=items,
+                key=key,
+                intent=intent,
+                if_match=if_match,
+            )
+        )
+
     async def pay(
         self,
         *,
@@ -110,18 +140,35 @@ class AsyncOrderServiceClient(_ClientCore):
         )
 
     async def cancel(
-        self, order_id: str, *, reason: str = "", key: str | None = None, intent: str | None = None
+        self,
+        order_id: str,
+        *,
+        reason: str = "",
+        key: str | None = None,
+        intent: str | None = None,
+        if_match: str | None = None,
     ) -> CommandResult:
-        return await self._run(self._cancel_call(order_id, reason=reason, key=key, intent=intent))
+        return await self._run(
+            self._cancel_call(order_id, reason=reason, key=key, intent=intent, if_match=if_match)
+        )
 
     async def get_order(self, order_id: str) -> dict[str, Any]:
-        return await self._get(_path("/v1/orders/{}", order_id))
+        return (await self.get_order_versioned(order_id)).body
+
+    async def get_order_versioned(self, order_id: str) -> Versioned:
+        return await self._get_versioned(_path("/v1/orders/{}", order_id))
 
     async def get_payment(self, payment_id: str) -> dict[str, Any]:
-        return await self._get(_path("/v1/payments/{}", payment_id))
+        return (await self.get_payment_versioned(payment_id)).body
+
+    async def get_payment_versioned(self, payment_id: str) -> Versioned:
+        return await self._get_versioned(_path("/v1/payments/{}", payment_id))
 
     async def get_operation(self, operation_id: str) -> dict[str, Any]:
-        return await self._get(_path("/v1/operations/{}", operation_id))
+        return (await self.get_operation_versioned(operation_id)).body
+
+    async def get_operation_versioned(self, operation_id: str) -> Versioned:
+        return await self._get_versioned(_path("/v1/operations/{}", operation_id))
 
     async def list_orders(self, *, page_size: int = 50) -> AsyncIterator[dict[str, Any]]:
         path: str | None = f"/v1/orders?pageSize={page_size}"
@@ -181,3 +228,7 @@ class AsyncOrderServiceClient(_ClientCore):
     async def _get(self, path: str) -> dict[str, Any]:
         response, _ = await self._send(_Call("GET", path))
         return self._read(response)
+
+    async def _get_versioned(self, path: str) -> Versioned:
+        response, _ = await self._send(_Call("GET", path))
+        return self._versioned(response)

@@ -33,6 +33,17 @@ The rules it follows, and why:
 5. **Errors are types.** Every problem+json answer becomes the exception
    for its code (:mod:`order_service_client.errors`), carrying ``traceId``
    for the operators.
+6. **Change what you read, or nothing.** ``get_order_versioned`` (and its
+   payment and operation twins) answers the body with its ``ETag``
+   (:class:`Versioned`); given to ``cancel`` or ``put_order`` as
+   ``if_match``, it makes the command run only while the order is still
+   that version, and ``412 PreconditionFailed`` otherwise. ``If-Match`` is
+   part of the call like the key and the body, the same on every retry.
+   The ``412`` is the command's stored outcome: read again, decide again,
+   and send the new decision under a new key (the service fingerprints
+   method, path and body, not ``If-Match``, so the old key with a new tag
+   would only replay the ``412``). ``get_order`` and the other
+   plain reads answer the body alone, as they always did.
 
 ``sleep``, ``clock`` and ``rng`` are parameters so that tests drive the
 retry loop without waiting and with known jitter.
@@ -46,11 +57,18 @@ from typing import Any, Self
 
 import httpx
 
-from order_service_client._core import CommandResult, _Call, _ClientCore, _operation_id, _path
+from order_service_client._core import (
+    CommandResult,
+    Versioned,
+    _Call,
+    _ClientCore,
+    _operation_id,
+    _path,
+)
 from order_service_client.keys import KeyStore
 from order_service_client.retry import RetryEvent, RetryPolicy
 
-__all__ = ["CommandResult", "OrderServiceClient"]
+__all__ = ["CommandResult", "OrderServiceClient", "Versioned"]
 
 
 class OrderServiceClient(_ClientCore):
@@ -153,6 +171,53 @@ class OrderServiceClient(_ClientCore):
             )
         )
 
+    def put_order(
+        self,
+        order_id: str,
+        *,
+        customer_id: str,
+        currency: str,
+        items: Sequence[Mapping[str, object]],
+        key: str | None = None,
+        intent: str | None = None,
+        if_match: str | None = None,
+    ) -> CommandResult:
+        """``PUT /v1/orders/{id}``: :meth:`create_order`, under an id the caller chose.
+
+        The id names the order, as the key names the request: if it holds
+        an equivalent order already (placed under any key), the answer is
+        that order and nothing is placed. The id is sent as it is given
+        (quoted as one path segment); the service checks it.
+
+        :param order_id: ``ord_`` and 1 to 64 of ``A-Z a-z 0-9 _ -``.
+        :param key: the ``Idempotency-Key``; a new one when ``None``.
+        :param intent: name of the action, whose key the key store keeps
+            (instead of ``key``).
+        :param if_match: an ``ETag`` of the order (:meth:`get_order_versioned`),
+            or ``"*"``: place nothing, only answer, unless the id holds the
+            order at that version (``*``: at all). Sent on every attempt.
+        :returns: ``201`` with ``{"status", "orderId", "order", "links"}``
+            when it placed the order; ``200`` with the same shape when the
+            id held an equivalent one (:attr:`CommandResult.status` tells).
+        :raises OrderAlreadyExists: the id holds a different order (``.mismatch``).
+        :raises PreconditionFailed: ``if_match`` names no current version of the order.
+        :raises Unprocessable: ``UnknownSku``, ``CurrencyMismatch``.
+        :raises ValidationFailed: the body, or the id, is not valid.
+        :raises IdempotencyKeyConflict: the key was used for another request.
+        :raises RetriesExhausted: no final answer; the outcome is unknown.
+        """
+        return self._run(
+            self._put_order_call(
+                order_id,
+                customer_id=customer_id,
+                currency=currency,
+                items=items,
+                key=key,
+                intent=intent,
+                if_match=if_match,
+            )
+        )
+
     def pay(
         self,
         *,
@@ -186,19 +251,30 @@ class OrderServiceClient(_ClientCore):
         )
 
     def cancel(
-        self, order_id: str, *, reason: str = "", key: str | None = None, intent: str | None = None
+        self,
+        order_id: str,
+        *,
+        reason: str = "",
+        key: str | None = None,
+        intent: str | None = None,
+        if_match: str | None = None,
     ) -> CommandResult:
         """``POST /v1/orders/{id}/cancel``.
 
+        :param if_match: an ``ETag`` of the order (:meth:`get_order_versioned`),
+            or ``"*"``: cancel only the order as it was read. Sent on every attempt.
         :returns: ``200`` with the cancelled order (pending, or cancelled
             already), or ``202`` with a refund operation to :meth:`wait`
             for (paid).
         :raises NotFound: no such order.
+        :raises PreconditionFailed: ``if_match`` names no current version of the order.
         :raises Conflict: ``OrderStateConflict`` (a payment is in progress).
         :raises IdempotencyKeyConflict: the key was used for another request.
         :raises RetriesExhausted: no final answer; the outcome is unknown.
         """
-        return self._run(self._cancel_call(order_id, reason=reason, key=key, intent=intent))
+        return self._run(
+            self._cancel_call(order_id, reason=reason, key=key, intent=intent, if_match=if_match)
+        )
 
     # Reads.
 
@@ -207,21 +283,48 @@ class OrderServiceClient(_ClientCore):
 
         :raises NotFound: no such order, or another tenant's.
         """
-        return self._get(_path("/v1/orders/{}", order_id))
+        return self.get_order_versioned(order_id).body
+
+    def get_order_versioned(self, order_id: str) -> Versioned:
+        """``GET /v1/orders/{id}``: the order and its ``ETag``, for ``if_match``.
+
+        ::
+
+            current = client.get_order_versioned("ord_1")
+            if current.body["status"] == "pending" and current.etag is not None:
+                client.cancel("ord_1", if_match=current.etag)  # or PreconditionFailed
+
+        :raises NotFound: no such order, or another tenant's.
+        """
+        return self._get_versioned(_path("/v1/orders/{}", order_id))
 
     def get_payment(self, payment_id: str) -> dict[str, Any]:
         """``GET /v1/payments/{id}``: the payment.
 
         :raises NotFound: no such payment, or another tenant's.
         """
-        return self._get(_path("/v1/payments/{}", payment_id))
+        return self.get_payment_versioned(payment_id).body
+
+    def get_payment_versioned(self, payment_id: str) -> Versioned:
+        """``GET /v1/payments/{id}``: the payment and its ``ETag``.
+
+        :raises NotFound: no such payment, or another tenant's.
+        """
+        return self._get_versioned(_path("/v1/payments/{}", payment_id))
 
     def get_operation(self, operation_id: str) -> dict[str, Any]:
         """``GET /v1/operations/{id}``: the operation.
 
         :raises NotFound: no such operation, or another tenant's.
         """
-        return self._get(_path("/v1/operations/{}", operation_id))
+        return self.get_operation_versioned(operation_id).body
+
+    def get_operation_versioned(self, operation_id: str) -> Versioned:
+        """``GET /v1/operations/{id}``: the operation and its ``ETag``.
+
+        :raises NotFound: no such operation, or another tenant's.
+        """
+        return self._get_versioned(_path("/v1/operations/{}", operation_id))
 
     def list_orders(self, *, page_size: int = 50) -> Iterator[dict[str, Any]]:
         """Every order of the tenant, newest first, fetched ``page_size`` (1 to 200) at a time.
@@ -311,3 +414,7 @@ class OrderServiceClient(_ClientCore):
     def _get(self, path: str) -> dict[str, Any]:
         response, _ = self._send(_Call("GET", path))
         return self._read(response)
+
+    def _get_versioned(self, path: str) -> Versioned:
+        response, _ = self._send(_Call("GET", path))
+        return self._versioned(response)

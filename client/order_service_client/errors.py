@@ -16,8 +16,9 @@ code on the server never breaks a ``except NotFound`` here::
     │   │   ├── NotFound          404
     │   │   ├── Conflict          409 OrderStateConflict, OrderAlreadyPaid, PaymentInProgress
     │   │   │   ├── IdempotencyKeyConflict  the key was used for another request: .mismatch
-    │   │   │   └── IdempotencyKeyInProgress  retried; seen only in RetriesExhausted
-    │   │   ├── PreconditionFailed          412
+    │   │   │   ├── IdempotencyKeyInProgress  retried; seen only in RetriesExhausted
+    │   │   │   └── OrderAlreadyExists      a PUT's id holds a different order: .mismatch
+    │   │   ├── PreconditionFailed          412: If-Match names a version no longer current
     │   │   ├── Unprocessable     422 UnknownSku, CurrencyMismatch, AmountMismatch, …
     │   │   └── Throttled         429, retried by the client
     │   └── ServerError           5xx
@@ -48,6 +49,7 @@ __all__ = [
     "IdempotencyKeyInProgress",
     "NotFound",
     "OperationTimeout",
+    "OrderAlreadyExists",
     "OrderServiceError",
     "PermissionDenied",
     "PreconditionFailed",
@@ -78,7 +80,8 @@ class ApiError(OrderServiceError):
     :ivar trace_id: the problem's ``traceId``, or the ``X-Request-ID``
         header: quote it when reporting the error.
     :ivar details: the problem's ``details`` (field → messages for a
-        validation error, ``mismatch`` for a key conflict), if any.
+        validation error, ``mismatch`` for a key conflict or a taken
+        order id), if any.
     :ivar body: the whole problem body; empty when it was not JSON.
     :ivar headers: the answer's headers.
     :ivar key: the ``Idempotency-Key`` of the command, ``None`` for a read.
@@ -169,18 +172,35 @@ class IdempotencyKeyConflict(Conflict):
     @property
     def mismatch(self) -> list[str]:
         """What differs from the key's first request, as JSON Pointers (``/items/0/qty``)."""
-        pointers = (self.details or {}).get("mismatch")
-        if not isinstance(pointers, list):
-            return []
-        return [pointer for pointer in pointers if isinstance(pointer, str)]
+        return _pointers(self.details)
 
 
 class IdempotencyKeyInProgress(Conflict):
     """409: another request with this key is still being executed. The client retries it."""
 
 
+class OrderAlreadyExists(Conflict):
+    """409: ``put_order``'s id holds a different order; nothing was placed.
+
+    The id, not the key, is taken: unlike :class:`IdempotencyKeyConflict`
+    this is the command's outcome, stored under the key. An equivalent
+    order under the id is no error (``200``); this one differs where
+    :attr:`mismatch` says. Choose another id, or read the order that is there.
+    """
+
+    @property
+    def mismatch(self) -> list[str]:
+        """Where the request differs from the order under the id, as JSON Pointers."""
+        return _pointers(self.details)
+
+
 class PreconditionFailed(ClientError):
-    """412: ``If-Match`` named a version the resource no longer has."""
+    """412: ``If-Match`` named a version the resource no longer has, or there is none.
+
+    Nothing was done, and the refusal is the command's outcome, stored under
+    its key: read the resource again (its new ``etag``), decide, and send the
+    command under a new key (an intent gets one, the refusal settled it).
+    """
 
 
 class Unprocessable(ClientError):
@@ -276,6 +296,7 @@ ERROR_CLASSES: Mapping[str, type[ApiError]] = {
     "OrderStateConflict": Conflict,
     "OrderAlreadyPaid": Conflict,
     "PaymentInProgress": Conflict,
+    "OrderAlreadyExists": OrderAlreadyExists,
     "PreconditionFailed": PreconditionFailed,
     "UnknownSku": Unprocessable,
     "CurrencyMismatch": Unprocessable,
@@ -309,6 +330,14 @@ def problem_of(response: httpx.Response) -> dict[str, Any] | None:
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
+
+
+def _pointers(details: Mapping[str, Any] | None) -> list[str]:
+    """``details.mismatch``: the JSON Pointers where two requests differ; none if absent."""
+    pointers = (details or {}).get("mismatch")
+    if not isinstance(pointers, list):
+        return []
+    return [pointer for pointer in pointers if isinstance(pointer, str)]
 
 
 def _class_for(status: int, code: str | None) -> type[ApiError]:

@@ -25,8 +25,10 @@ What is worth retrying (:meth:`RetryPolicy.retryable`):
 - **429**: a rate limit; it says when to come back.
 
 Everything else is an answer, and final: ``2xx``, and every other ``4xx``
-(validation, authentication, conflicts, business refusals). Repeating one
-gets the same answer, because the request, not the moment, is at fault.
+(validation, authentication, conflicts such as ``409 OrderAlreadyExists``,
+``412 PreconditionFailed``, business refusals). Repeating one gets the same
+answer, because the request, not the moment, is at fault: a stale
+``If-Match`` stays stale, and the service replays the stored refusal anyway.
 
 How long to wait (:meth:`RetryPolicy.next_delay`):
 

@@ -21,6 +21,7 @@ from order_service_client import (
     IdempotencyKeyConflict,
     IdempotencyKeyInProgress,
     NotFound,
+    OrderAlreadyExists,
     OrderServiceError,
     PreconditionFailed,
     ServerError,
@@ -48,6 +49,7 @@ CONTRACT_CODES: list[tuple[int, str, type[ApiError]]] = [
     (409, "OrderStateConflict", Conflict),
     (409, "OrderAlreadyPaid", Conflict),
     (409, "PaymentInProgress", Conflict),
+    (409, "OrderAlreadyExists", OrderAlreadyExists),
     (413, "PayloadTooLarge", ClientError),
     (412, "PreconditionFailed", PreconditionFailed),
     (422, "UnknownSku", Unprocessable),
@@ -144,6 +146,36 @@ def test_a_key_conflict_without_details_has_no_mismatch() -> None:
 
     assert isinstance(error, IdempotencyKeyConflict)
     assert error.mismatch == []
+
+
+def test_a_taken_order_id_names_what_differs_and_is_no_key_conflict() -> None:
+    body = service_problem(409, "OrderAlreadyExists", details={"mismatch": ["/items/0/qty"]})
+
+    error = error_from_response(problem_response(409, body), key="k-1")
+
+    assert isinstance(error, OrderAlreadyExists)
+    assert isinstance(error, Conflict)
+    # Another failure: `except IdempotencyKeyConflict` (a caller's bug) does not catch it.
+    assert not isinstance(error, IdempotencyKeyConflict)
+    assert error.mismatch == ["/items/0/qty"]
+
+
+def test_a_taken_order_id_without_details_has_no_mismatch() -> None:
+    error = error_from_response(problem_response(409, service_problem(409, "OrderAlreadyExists")))
+
+    assert isinstance(error, OrderAlreadyExists)
+    assert error.mismatch == []
+
+
+def test_a_failed_precondition_is_its_own_client_error() -> None:
+    error = error_from_response(
+        problem_response(412, service_problem(412, "PreconditionFailed")), key="k-1"
+    )
+
+    assert type(error) is PreconditionFailed
+    assert isinstance(error, ClientError)
+    assert not isinstance(error, Conflict)
+    assert error.key == "k-1"
 
 
 def test_the_trace_id_falls_back_to_the_request_id_header() -> None:

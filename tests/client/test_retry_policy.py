@@ -55,6 +55,8 @@ FINAL_4XX = [
     (409, "OrderStateConflict"),
     (409, "OrderAlreadyPaid"),
     (409, "PaymentInProgress"),
+    # The id is taken by another order; a stale If-Match. Both stored under the key.
+    (409, "OrderAlreadyExists"),
     (412, "PreconditionFailed"),
     (413, "PayloadTooLarge"),
     (415, "UnsupportedMediaType"),
