@@ -113,8 +113,8 @@ class IfMatch(Generic[T]):
             return None
         return cls(tags=frozenset(parse_etags(header)), tag_of=tag_of)
 
-    def check(self, resource: T | None) -> None:
-        """Pass if ``resource`` exists and has one of the tags (any, for ``*``).
+    def check(self, resource: T | None) -> T:
+        """``resource``, if it exists and has one of the tags (any, for ``*``).
 
         Strong comparison (RFC 9110 section 13.1.1): a weak tag never matches.
 
@@ -124,3 +124,4 @@ class IfMatch(Generic[T]):
             raise PreconditionFailed("There is nothing here for If-Match to match.")
         if "*" not in self.tags and self.tag_of(resource) not in self.tags:
             raise PreconditionFailed()
+        return resource

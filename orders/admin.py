@@ -71,8 +71,9 @@ class OrderAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
     list_select_related = ("tenant",)
     list_filter = ("status",)
-    # Exact matches: ids are pasted whole, and an exact id is a primary key
-    # lookup where a substring search would scan the table.
+    # Exact matches: ids are pasted whole, and an exact id is an index
+    # look-up (order_id_unique_per_tenant) where a substring search would
+    # scan the table.
     search_fields = ("id__exact", "customer_id__exact")
     search_help_text = "An order id or a customer id, exactly."
     date_hierarchy = "created_at"

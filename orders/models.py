@@ -50,8 +50,9 @@ class Order(models.Model):
         constraints = [
             # An id names one order per tenant. A PUT of an id that exists
             # finds it here: the database, not a look-up beforehand, decides
-            # which of two concurrent PUTs creates the order.
-            models.UniqueConstraint(fields=["tenant", "id"], name="order_id_unique_per_tenant"),
+            # which of two concurrent PUTs creates the order. The id leads,
+            # so that the admin's search by id alone is an index look-up too.
+            models.UniqueConstraint(fields=["id", "tenant"], name="order_id_unique_per_tenant"),
         ]
         indexes = [
             # The list endpoint: a tenant's orders, newest first.

@@ -113,7 +113,9 @@ def put_order(
     """
     with transaction.atomic(savepoint=False):
         existing = orders_of(tenant=tenant).filter(id=order_id).first()
-        if existing is None and if_match is None:
+        if if_match is not None:
+            existing = if_match.check(existing)
+        elif existing is None:
             try:
                 # A savepoint: another PUT of the id may insert it first, and
                 # the unique index refuses ours only once that one commits;
@@ -125,9 +127,6 @@ def put_order(
                     )
             except IntegrityError:
                 existing = orders_of(tenant=tenant).get(id=order_id)
-        if if_match is not None:
-            if_match.check(existing)
-        assert existing is not None  # noqa: S101 - if_match.check refuses a missing order
         if mismatch := _differences(existing, new_order):
             raise OrderAlreadyExists(details={"mismatch": mismatch})
         return Placement(existing, created=False)
@@ -183,17 +182,15 @@ def _differences(order: Order, new_order: NewOrder) -> list[str]:
         )
         if ours != theirs
     ]
-    for position in range(max(len(order.lines), len(new_order.items))):
-        if position >= min(len(order.lines), len(new_order.items)):
-            differences.append(f"/items/{position}")
-            continue
-        line, asked = order.lines[position], new_order.items[position]
+    for position, (line, asked) in enumerate(zip(order.lines, new_order.items, strict=False)):
         differences += [
             f"/items/{position}/{name}"
             for name, ours, theirs in (("sku", line.sku, asked.sku), ("qty", line.qty, asked.qty))
             if ours != theirs
         ]
-    return differences
+    # A line one of them has and the other has not.
+    shorter, longer = sorted((len(order.lines), len(new_order.items)))
+    return differences + [f"/items/{position}" for position in range(shorter, longer)]
 
 
 @dataclass(frozen=True)

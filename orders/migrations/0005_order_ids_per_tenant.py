@@ -41,7 +41,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='order',
-            constraint=models.UniqueConstraint(fields=('tenant', 'id'), name='order_id_unique_per_tenant'),
+            constraint=models.UniqueConstraint(fields=('id', 'tenant'), name='order_id_unique_per_tenant'),
         ),
         migrations.AddIndex(
             model_name='order',
