@@ -48,6 +48,10 @@ from orders.serializers import (
 
 _ORDER_NOT_FOUND = not_found("order", "ord_3k9x0c2m5q8w1e4r7t6y0u2i9")
 _ORDER_BODY = {"customerId": "cust-42", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
+_INVALID_ORDER = validation_error(
+    CreateOrderInput,
+    {"customerId": "cust-42", "items": [{"sku": "ABC", "qty": 1001}], "currency": "RUB"},
+)
 _PRICING_REFUSALS = [
     Refusal(
         UnknownSku("Unknown SKU: NOPE.", details={"unknownSkus": ["NOPE"]}),
@@ -67,10 +71,7 @@ create_order = command_schema(
     tag="orders",
     request=CreateOrderInput,
     responses={201: OpenApiResponse(OrderCommandOutput, "The order was placed.")},
-    invalid=validation_error(
-        CreateOrderInput,
-        {"customerId": "cust-42", "items": [{"sku": "ABC", "qty": 1001}], "currency": "RUB"},
-    ),
+    invalid=_INVALID_ORDER,
     refusals=_PRICING_REFUSALS,
     location=(201, "the new order"),
     examples=[OpenApiExample("Two of ABC", value=_ORDER_BODY, request_only=True)],
@@ -122,10 +123,7 @@ put_order = command_schema(
         201: OpenApiResponse(OrderCommandOutput, "The order was placed under the id."),
         200: OpenApiResponse(OrderCommandOutput, "The id holds this equivalent order already."),
     },
-    invalid=validation_error(
-        CreateOrderInput,
-        {"customerId": "cust-42", "items": [{"sku": "ABC", "qty": 1001}], "currency": "RUB"},
-    ),
+    invalid=_INVALID_ORDER,
     refusals=[
         Refusal(
             OrderAlreadyExists(details={"mismatch": ["/items/0/qty"]}),

@@ -95,13 +95,12 @@ class OrderDetail(APIView):
             if_match=IfMatch.of(request, tag_of=order_etag),
         )
 
+        answer = OrderCommandOutput(OrderCommandOutput.of(placement.order)).data
         if placement.created:
             return Response(
-                OrderCommandOutput(OrderCommandOutput.of(placement.order)).data,
-                status=status.HTTP_201_CREATED,
-                headers={"Location": order_path(order_id)},
+                answer, status=status.HTTP_201_CREATED, headers={"Location": order_path(order_id)}
             )
-        return Response(OrderCommandOutput(OrderCommandOutput.of(placement.order)).data)
+        return Response(answer)
 
 
 class OrderCancel(APIView):
