@@ -104,9 +104,10 @@ class _Part:
 
 def _field_digests(body: Any) -> dict[str, str]:
     parts = _choose_parts(body)
+    keyed = _keyed_hmac(settings.SECRET_KEY)
     # Children before parents: each part's digest covers its children's.
     for part in reversed(parts):
-        part.digest = _digest_of(part)
+        part.digest = _digest_of(part, keyed)
     return {part.pointer: part.digest for part in parts}
 
 
@@ -142,7 +143,7 @@ def _children(value: Any) -> Iterator[tuple[str | int, Any]]:
         yield from enumerate(value)
 
 
-def _digest_of(part: _Part) -> str:
+def _digest_of(part: _Part, keyed: "hmac.HMAC") -> str:
     value = part.value
     if part.digested_children:
         # A shallow copy with each digested child replaced by its digest: the
@@ -152,22 +153,24 @@ def _digest_of(part: _Part) -> str:
         for child in part.digested_children:
             copy[child.slot] = child.digest
         value = copy
-    message = part.pointer.encode() + b"\0" + canonical_json(value)
-    return hmac.new(_digest_key(settings.SECRET_KEY), message, hashlib.sha256).hexdigest()[
-        :_DIGEST_HEX_CHARS
-    ]
+    digest = keyed.copy()
+    digest.update(part.pointer.encode() + b"\0" + canonical_json(value))
+    return digest.hexdigest()[:_DIGEST_HEX_CHARS]
 
 
 @functools.cache
-def _digest_key(secret: str) -> bytes:
-    """The field digests' HMAC key: ``salted_hmac``'s derivation, done once per secret.
+def _keyed_hmac(secret: str) -> "hmac.HMAC":
+    """The field digests' HMAC, keyed and fed nothing yet: copied for each part.
 
-    Every part of every claimed body is digested, so the derivation (a
-    SHA-256 of the salt and ``SECRET_KEY``) is not repeated for each; the
-    digests are the ones ``salted_hmac(_DIGEST_SALT, …)`` makes, so keys
-    stored before stay comparable.
+    Its key is ``salted_hmac``'s derivation (a SHA-256 of the salt and
+    ``SECRET_KEY``), so the digests are the ones ``salted_hmac(_DIGEST_SALT,
+    …)`` makes and keys stored before stay comparable. Every part of every
+    claimed body is digested: the derivation and the keying, which costs
+    as much as the digest of a small part (OpenSSL looks its algorithm up
+    anew each time), are done once per secret; a copy costs neither.
     """
-    return hashlib.sha256((_DIGEST_SALT + secret).encode()).digest()
+    key = hashlib.sha256((_DIGEST_SALT + secret).encode()).digest()
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def _escape(name: str) -> str:
