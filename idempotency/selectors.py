@@ -40,9 +40,9 @@ def get_idempotency_key(*, principal: Principal, key: str) -> IdempotencyKey:
         raise NoSuchIdempotencyKey()
     record = (
         IdempotencyKey.objects.filter(
-            # Tenant first: the claim's unique index leads with it.
-            tenant_id=principal.tenant_id,
+            # Principal first: the claim's unique index leads with it.
             principal=principal,
+            tenant_id=principal.tenant_id,
             key=key,
             expires_at__gt=timezone.now(),
             # Every committed row has its answer; this says so, not trusts it.
