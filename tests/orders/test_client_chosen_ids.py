@@ -215,6 +215,16 @@ def test_reading_an_id_no_order_can_have_is_a_plain_not_found(api: Api, segment:
     assert problem(response)["error"] == "NotFound"
 
 
+def test_the_longest_id_can_be_paid(api: Api, order_body: dict[str, Any]) -> None:
+    longest = "ord_" + "z" * 64
+    order = body_of(put(api, order_body, key="K", path=f"/v1/orders/{longest}"))["order"]
+
+    accepted = api.post("/v1/payments", payment_body(order), key="pay")
+
+    assert accepted.status_code == 202
+    assert body_of(api.get(body_of(accepted)["links"]["self"]))["orderId"] == longest
+
+
 # --- Per tenant -------------------------------------------------------------------
 
 
