@@ -15,6 +15,19 @@ class NoSuchPayment(NotFound):
     """A payment id in the path names no payment of the caller's tenant."""
 
 
+class InvalidOrderId(ApplicationError):
+    """A ``PUT`` names an id no client may choose.
+
+    A ``ValidationError`` like a body's, but its message speaks of the path.
+    Raised before the command starts, so it is not stored.
+    """
+
+    status_code = 400
+    code = "ValidationError"
+    title = "Validation failed"
+    default_message = "The order id in the path is not one a client may choose; see details."
+
+
 class OrderNotFound(ApplicationError):
     """An ``orderId`` in a request body names no order of the caller's tenant.
 

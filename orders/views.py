@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 from rest_framework import status
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,7 +19,7 @@ from idempotency.commands import idempotent_command
 from operations.replay import with_current_status
 from operations.serializers import polling_headers
 from orders import schema, selectors, services
-from orders.errors import NoSuchOrder
+from orders.errors import InvalidOrderId, NoSuchOrder
 from orders.links import order_path
 from orders.models import ORDER_ID_PATTERN
 from orders.serializers import (
@@ -73,7 +72,7 @@ class OrderDetail(APIView):
         # it is refused before a command starts or a query runs.
         if not ORDER_ID.fullmatch(kwargs["order_id"]):
             if request.method == "PUT":
-                raise ValidationError({"orderId": [ORDER_ID_RULE]})
+                raise InvalidOrderId(details={"orderId": [ORDER_ID_RULE]})
             raise NoSuchOrder("No such order.")
 
     @schema.get_order

@@ -201,6 +201,7 @@ def test_any_other_id_is_a_validation_error_that_changes_nothing(
         assert response.status_code == 400
         refusal = problem(response)
         assert refusal["error"] == "ValidationError"
+        assert "path" in refusal["message"]
         assert list(refusal["details"]) == ["orderId"]
     assert not Order.objects.exists()
     # Refused before the command starts, like a malformed key: nothing stored.
