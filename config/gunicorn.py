@@ -46,6 +46,12 @@ max_requests = 2000
 max_requests_jitter = 200
 accesslog = None
 errorlog = "-"
+# No control socket (gunicorn 25.1+, for gunicornc). Its default path is one
+# per user ($HOME/.gunicorn/gunicorn.ctl), so several instances on one host,
+# as the multi-node set-up runs them, would take it from each other; and it
+# puts a thread with fork hooks into the master, which needs neither:
+# signals do what it offers (TERM, HUP, TTIN, TTOU).
+control_socket_disable = True
 
 # Each worker process keeps its own metrics; prometheus_client's
 # multiprocess mode adds them up at /metrics. The directory must exist and
