@@ -26,6 +26,7 @@ from tests.support.http import ORDER
 from tests.support.live import BIN, ROOT, LiveService, base_env, free_port, wait_until_healthy
 
 MAKE = shutil.which("make") or "make"
+PS = shutil.which("ps") or "ps"
 STARTED_WITHIN_S = 120
 STOPPED_WITHIN_S = 10
 
@@ -132,7 +133,17 @@ def test_make_run_serves_and_stops_everything_once(
 
         started = time.monotonic()
         stop(make)
-        make.wait(timeout=STOPPED_WITHIN_S * 3)
+        try:
+            make.wait(timeout=STOPPED_WITHIN_S * 3)
+        except subprocess.TimeoutExpired:
+            # Which process of the session did not stop, and where it waits.
+            processes = subprocess.run(
+                [PS, "-s", str(make.pid), "-o", "pid,ppid,pgid,stat,wchan:24,args"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            raise AssertionError(f"{processes}\n{log.read_text()[-3000:]}") from None
         stopped_after = time.monotonic() - started
     finally:
         if make.poll() is None:
