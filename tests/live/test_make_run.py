@@ -27,6 +27,7 @@ from tests.support.live import BIN, ROOT, LiveService, base_env, free_port, wait
 
 MAKE = shutil.which("make") or "make"
 PS = shutil.which("ps") or "ps"
+ENV = shutil.which("env") or "env"
 STARTED_WITHIN_S = 120
 STOPPED_WITHIN_S = 10
 
@@ -77,6 +78,13 @@ def test_make_run_serves_and_stops_everything_once(
             # The venv this suite runs in, which `make test` made: -o keeps
             # make from checking or rebuilding it.
             [
+                # A terminal's shell starts a job with SIGINT and SIGQUIT at
+                # their defaults, whatever it inherited. So does the test: a
+                # suite started in the background, where both are ignored
+                # and stay ignored across exec, would hand make a Ctrl-C it
+                # cannot hear.
+                ENV,
+                "--default-signal=INT,QUIT",
                 MAKE,
                 "-o",
                 "install",
