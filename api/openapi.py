@@ -234,17 +234,18 @@ class Refusal:
         return int(self.body["status"])
 
 
+# The `when` of a shared refusal says when it happens, never whether it is
+# stored: reads share these and store nothing, and for a command
+# idempotency.schema.command_schema appends what its key keeps, from the one
+# list it keeps of that (STORED_ANSWERS), so the two cannot disagree.
 MALFORMED_JSON = Refusal(
     drf.ParseError("The body is not valid JSON: Expecting value (line 1, column 1)."),
     "the body is not JSON, or not I-JSON (RFC 7493: UTF-8, unique member names, "
     "integers within ±(2^53 - 1), numbers within the range of a double, no lone "
     f"surrogates), its arrays and objects nest deeper than {MAX_DEPTH} levels, a member name "
-    "holds U+0000, or the body ended before its `Content-Length`. Not stored: nothing "
-    "executed.",
+    "holds U+0000, or the body ended before its `Content-Length`.",
 )
-NOT_AUTHENTICATED = Refusal(
-    drf.NotAuthenticated(), "no `Authorization` header. Never stored: a retry with a token runs."
-)
+NOT_AUTHENTICATED = Refusal(drf.NotAuthenticated(), "no `Authorization` header.")
 AUTHENTICATION_FAILED = Refusal(
     drf.AuthenticationFailed("Unknown or revoked API token."),
     "the token is unknown, revoked or not a well-formed bearer token.",
@@ -255,17 +256,16 @@ NOT_ACCEPTABLE = Refusal(
 )
 UNSUPPORTED_MEDIA_TYPE = Refusal(
     drf.UnsupportedMediaType("text/plain"),
-    "a body whose `Content-Type` is not `application/json`. Not stored.",
+    "a body whose `Content-Type` is not `application/json`.",
 )
 PAYLOAD_TOO_LARGE = Refusal(
     PayloadTooLarge(),
-    f"the body is over {body_limit_text()}, whether sent with a `Content-Length` or chunked. "
-    "Not stored.",
+    f"the body is over {body_limit_text()}, whether sent with a `Content-Length` or chunked.",
 )
 THROTTLED = Refusal(
     drf.Throttled(wait=29),
     "over the principal's rate limit. Only when the deployment sets "
-    "`API_THROTTLE_RATE` (off by default). Not stored.",
+    "`API_THROTTLE_RATE` (off by default).",
 )
 INTERNAL_ERROR = Refusal(InternalError(), "the service failed; quote the `traceId`.")
 SERVICE_UNAVAILABLE = Refusal(
@@ -296,8 +296,7 @@ def validation_error(serializer_class: type[serializers.Serializer], body: Any) 
         raise ValueError(f"{body!r} is a valid {serializer_class.__name__}")
     return Refusal(
         drf.ValidationError(serializer.errors),
-        "a well-formed body that fails validation; `details` maps each field to its "
-        "messages. A final outcome of the command: stored and replayed.",
+        "a well-formed body that fails validation; `details` maps each field to its messages.",
         members=FIELD_ERRORS,
     )
 
@@ -400,7 +399,7 @@ def if_match_parameter(when: str) -> OpenApiParameter:
 PRECONDITION_FAILED = Refusal(
     PreconditionFailed(),
     "`If-Match` names no current ETag of the resource (it changed since you read it), or "
-    "there is none. Read it again and decide. Stored and replayed under the key.",
+    "there is none. Read it again and decide.",
 )
 
 

@@ -7,12 +7,20 @@ refusals), so that no endpoint can forget one. Apps describe their own
 answers and refusals (orders/schema.py). The policy's numbers come from
 :mod:`idempotency.policy`, so the schema states the values in force.
 
-:data:`get_idempotency_key` describes the look-up of a key (contract
+:data:`STORED_ANSWERS` is the one list of the answers each command stores
+and replays under its key: :func:`command_schema` fills it from the
+answers it documents, marks each documented answer "Stored and replayed
+under the key." or "Not stored: …" accordingly, and the policy's list of
+replayed failures is written from it. tests/idempotency/test_stored_answers.py
+holds the code to it, answer by answer.
+
+:data:`get_idempotency_key` describes the look-up of a key (§3
 rule 11), with examples rendered by its real serializer.
 """
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -62,8 +70,61 @@ from idempotency.serializers import IdempotencyKeyOutput
 _EXAMPLE_KEY = "7f2c6d8e-1b4a-4c1e-9f3a-2d5e8b7c9a01"
 
 
-def policy_markdown() -> str:
-    """The policy as Markdown bullets: the key parameter's description and the schema's."""
+# The answers each command stores and replays under its key, by operationId:
+# (status, error code), the code None for a success. command_schema fills it
+# as each command's decorator is made, that is when orders/schema.py is
+# imported, which the views do: the registry is complete once the URLconf is
+# loaded (``django.urls.get_resolver().url_patterns``), as it is whenever
+# the schema is generated or a request is served. Before that it is partial
+# or empty, and the functions that read all of it refuse an empty one.
+STORED_ANSWERS: dict[str, frozenset[tuple[int, str | None]]] = {}
+
+# What a command's documented answer says of the key, appended to its text.
+STORED = "Stored and replayed under the key."
+NOT_STORED = "Not stored:"
+
+
+def all_stored_answers() -> frozenset[tuple[int, str | None]]:
+    """Every (status, code) some command stores; the registry must be filled."""
+    if not STORED_ANSWERS:
+        raise RuntimeError(
+            "No command has registered its stored answers yet: load the URLconf "
+            "(django.urls.get_resolver().url_patterns) before reading STORED_ANSWERS."
+        )
+    return frozenset(answer for answers in STORED_ANSWERS.values() for answer in answers)
+
+
+def stored_statuses() -> list[int]:
+    """The statuses some command stores and replays, ascending: successes and final failures."""
+    return sorted({status for status, _ in all_stored_answers()})
+
+
+def _replayed_failures(answers: Iterable[tuple[int, str | None]]) -> str:
+    """``400 `ValidationError`; 409 `OrderAlreadyPaid`, `PaymentInProgress`; …``.
+
+    By code, not only by status: a status may carry codes that are stored
+    (``409 OrderAlreadyPaid``) and codes that are not (``409 IdempotencyKeyConflict``).
+    """
+    by_status: dict[int, set[str]] = {}
+    for status, code in answers:
+        if code is not None:
+            by_status.setdefault(status, set()).add(code)
+    if not by_status:
+        raise ValueError("no stored failure to name")
+    return "; ".join(
+        f"{status} " + ", ".join(f"`{code}`" for code in sorted(codes))
+        for status, codes in sorted(by_status.items())
+    )
+
+
+def policy_markdown(answers: Iterable[tuple[int, str | None]] | None = None) -> str:
+    """The policy as Markdown bullets: the key parameter's description and the schema's.
+
+    ``answers`` are the stored answers its replay bullet names: one
+    command's, or by default every command's (:data:`STORED_ANSWERS`, which
+    must be filled by then: :func:`all_stored_answers`).
+    """
+    failures = _replayed_failures(all_stored_answers() if answers is None else answers)
     return (
         f"- **Format**: 1 to {policy.MAX_KEY_LENGTH} visible ASCII characters (`!` to `~`, "
         "no space), in the "
@@ -77,8 +138,8 @@ def policy_markdown() -> str:
         "spelling do not matter).\n"
         "- **Replay**: a completed key with the same fingerprint executes nothing and "
         "answers the stored response: the same status, body bytes, `Content-Type` and "
-        "`Location`, plus `Idempotent-Replayed: true`. Failures are replayed too "
-        "(400 `ValidationError`, 404, 409, 422, 500). A command answered `202` replays the "
+        "`Location`, plus `Idempotent-Replayed: true`. A command's final failures are "
+        f"replayed too: {failures}. A command answered `202` replays the "
         "same ids and links with its operation's *current* `status`.\n"
         "- **Conflict**: the same key with a different fingerprint executes nothing: "
         "`409 IdempotencyKeyConflict`, whose `details.mismatch` lists the differing JSON "
@@ -96,14 +157,10 @@ def policy_markdown() -> str:
     )
 
 
-KEY_REQUIRED = Refusal(
-    IdempotencyKeyRequired(),
-    "the `Idempotency-Key` header is missing. Not stored: nothing executed.",
-)
+KEY_REQUIRED = Refusal(IdempotencyKeyRequired(), "the `Idempotency-Key` header is missing.")
 KEY_INVALID = Refusal(
     IdempotencyKeyInvalid(),
-    f"the key is empty, longer than {policy.MAX_KEY_LENGTH} characters or not visible ASCII. "
-    "Not stored: nothing executed.",
+    f"the key is empty, longer than {policy.MAX_KEY_LENGTH} characters or not visible ASCII.",
 )
 
 
@@ -143,15 +200,53 @@ KEY_IN_PROGRESS = Refusal(
 )
 COMMAND_INTERNAL_ERROR = Refusal(
     InternalError(),
-    "the command's own code failed: final, stored and replayed like any final answer; "
-    "quote the `traceId`.",
+    "the command's own code failed: a final answer like any other; quote the `traceId`.",
 )
 COMMAND_SERVICE_UNAVAILABLE = Refusal(
     ServiceUnavailable(),
     "the service's database was unreachable or failed under the command (connection "
-    "lost, deadlock, serialization failure, a lock wait timed out). Nothing was done and "
-    "nothing was stored, the key included: retry after `Retry-After` seconds "
-    f"({DATABASE_RETRY_AFTER_SECONDS}) with the same key and the command executes once.",
+    "lost, deadlock, serialization failure, a lock wait timed out). Retry after "
+    f"`Retry-After` seconds ({DATABASE_RETRY_AFTER_SECONDS}).",
+)
+
+
+def _noted(refusal: Refusal, note: str) -> Refusal:
+    """``refusal`` whose ``when`` ends with ``note``: whether the key keeps it."""
+    return replace(refusal, when=f"{refusal.when} {note}")
+
+
+def _stored(refusal: Refusal) -> Refusal:
+    return _noted(refusal, STORED)
+
+
+def _not_stored(refusal: Refusal, why: str) -> Refusal:
+    return _noted(refusal, f"{NOT_STORED} {why}")
+
+
+_BEFORE_THE_COMMAND = "answered before the command started; nothing executed."
+
+# The answers every command may give that are not the command's own: given
+# before it starts (the request is refused before its key is claimed), or
+# around it (the key holds another request's answer, or the database failed
+# and nothing of the command committed, its claim included). None is stored
+# (idempotency.commands). In the order a command's responses list them.
+_ANSWERED_AROUND_THE_COMMAND = (
+    _not_stored(MALFORMED_JSON, _BEFORE_THE_COMMAND),
+    _not_stored(KEY_REQUIRED, _BEFORE_THE_COMMAND),
+    _not_stored(KEY_INVALID, _BEFORE_THE_COMMAND),
+    _not_stored(NOT_AUTHENTICATED, _BEFORE_THE_COMMAND),
+    _not_stored(AUTHENTICATION_FAILED, _BEFORE_THE_COMMAND),
+    _not_stored(NOT_ACCEPTABLE, _BEFORE_THE_COMMAND),
+    _not_stored(KEY_CONFLICT, "the key keeps the answer of its first request."),
+    _not_stored(KEY_IN_PROGRESS, "the key's answer will be its first request's."),
+    _not_stored(PAYLOAD_TOO_LARGE, _BEFORE_THE_COMMAND),
+    _not_stored(UNSUPPORTED_MEDIA_TYPE, _BEFORE_THE_COMMAND),
+    _not_stored(THROTTLED, _BEFORE_THE_COMMAND),
+    _not_stored(
+        COMMAND_SERVICE_UNAVAILABLE,
+        "nothing of the command committed, the key included; a retry with the same key "
+        "executes it once.",
+    ),
 )
 
 
@@ -163,34 +258,40 @@ IDEMPOTENCY_KEY_PATTERN = (
     rf'|"(?:[!#-\[\]-~]|\\["\\]){{1,{policy.MAX_KEY_LENGTH}}}")$'
 )
 
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    location=OpenApiParameter.HEADER,
-    required=True,
-    type=str,
-    pattern=IDEMPOTENCY_KEY_PATTERN,
-    description=(
-        "Makes the command safe to retry: send a new key (a UUID is fine) for each new "
-        "command, and the same key with the same request to retry it.\n\n" + policy_markdown()
-    ),
-    examples=[OpenApiExample("A UUID", value=_EXAMPLE_KEY)],
-)
 
-# Statuses a command stores and replays: its successes and final failures.
-# 404 among them: a command's own refusal (cancelling an order that does not
-# exist) is its final answer like a 409's.
-_REPLAYABLE = (200, 201, 202, 400, 404, 409, 422, 500)
+def _idempotency_key(answers: Iterable[tuple[int, str | None]]) -> OpenApiParameter:
+    """The ``Idempotency-Key`` header of a command that stores ``answers``."""
+    return OpenApiParameter(
+        "Idempotency-Key",
+        location=OpenApiParameter.HEADER,
+        required=True,
+        type=str,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description=(
+            "Makes the command safe to retry: send a new key (a UUID is fine) for each new "
+            "command, and the same key with the same request to retry it.\n\n"
+            + policy_markdown(answers)
+        ),
+        examples=[OpenApiExample("A UUID", value=_EXAMPLE_KEY)],
+    )
 
 
-def _replayed_header(statuses: Sequence[int]) -> OpenApiParameter:
+def _replayed_header(answers: Iterable[tuple[int, str | None]]) -> OpenApiParameter:
+    """``Idempotent-Replayed`` on the statuses of the answers a command stores, and no other."""
     return OpenApiParameter(
         "Idempotent-Replayed",
         location=OpenApiParameter.HEADER,
-        response=[status for status in _REPLAYABLE if status in statuses],
+        response=sorted({status for status, _ in answers}),
         type=str,
         enum=["true"],
         description="Present, `true`, when the response is the replay of a completed command.",
     )
+
+
+def _register(operation_id: str, answers: frozenset[tuple[int, str | None]]) -> None:
+    # The same decorator made twice (a module imported anew) registers the same.
+    if STORED_ANSWERS.setdefault(operation_id, answers) != answers:
+        raise ValueError(f"two commands are named {operation_id!r}")
 
 
 def command_schema(
@@ -208,32 +309,35 @@ def command_schema(
     if_match: str | None = None,
     examples: Sequence[OpenApiExample] = (),
 ) -> Decorator:
-    """``extend_schema`` for a command: the key header and every error it can answer.
+    """``extend_schema`` for a command: the key header and every answer it can give.
 
-    ``invalid`` is the command's ``400 ValidationError`` example; ``refusals``
-    its domain errors and ``404``; ``location`` the status answered with a
-    ``Location`` and what that names; ``examples`` request bodies.
+    ``responses`` are its successes; ``invalid`` its ``400 ValidationError``
+    example; ``refusals`` its domain errors and ``404``; ``location`` the
+    status answered with a ``Location`` and what that names; ``examples``
+    request bodies. The successes, ``invalid``, ``refusals``, the ``412`` of
+    ``if_match`` and the failure of the command's own code are the command's
+    answers, stored and replayed under the key (:data:`STORED_ANSWERS`); the
+    answers every command shares are given before or around it, and not.
     """
-    refusal_list = [
+    # The command's own answers, its successes aside: final, so its key
+    # keeps them. The one list both the registry and the documented
+    # "Stored…" are made from.
+    given = [
         invalid,
-        MALFORMED_JSON,
-        KEY_REQUIRED,
-        KEY_INVALID,
-        NOT_AUTHENTICATED,
-        AUTHENTICATION_FAILED,
-        NOT_ACCEPTABLE,
-        KEY_CONFLICT,
-        KEY_IN_PROGRESS,
-        PAYLOAD_TOO_LARGE,
-        UNSUPPORTED_MEDIA_TYPE,
-        THROTTLED,
-        COMMAND_INTERNAL_ERROR,
-        COMMAND_SERVICE_UNAVAILABLE,
         *refusals,
         *((PRECONDITION_FAILED,) if if_match is not None else ()),
+        COMMAND_INTERNAL_ERROR,
     ]
-    statuses = [*responses, *(r.body["status"] for r in refusal_list)]
-    headers = [REQUEST_ID, WWW_AUTHENTICATE, _replayed_header(statuses)]
+    stored = [_stored(refusal) for refusal in given]
+    own = stored[1 : 1 + len(refusals)]
+    # `invalid` first: the example of the 400 response is the command's own.
+    refusal_list = [stored[0], *_ANSWERED_AROUND_THE_COMMAND, *stored[1:]]
+    answers = frozenset(
+        [*((status, None) for status in responses), *((r.status, r.code) for r in given)]
+    )
+    _register(operation_id, answers)
+    statuses = [*responses, *(r.status for r in refusal_list)]
+    headers = [REQUEST_ID, WWW_AUTHENTICATE, _replayed_header(answers)]
     if location is not None:
         headers.append(location_header(*location))
     headers.append(retry_after_header([s for s in (202, 409, 429, 503) if s in statuses]))
@@ -244,12 +348,17 @@ def command_schema(
         tags=[tag],
         request=request,
         responses={
-            **responses,
-            **problem_responses(refusal_list, operation_id=operation_id, own=refusals),
+            **{
+                status: OpenApiResponse(
+                    response.response, f"{response.description} {STORED}", response.examples
+                )
+                for status, response in responses.items()
+            },
+            **problem_responses(refusal_list, operation_id=operation_id, own=own),
         },
         parameters=[
             *path_parameters,
-            IDEMPOTENCY_KEY,
+            _idempotency_key(answers),
             *((if_match_parameter(if_match),) if if_match is not None else ()),
             *headers,
         ],
@@ -270,7 +379,7 @@ def describe_policy(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     return result
 
 
-# --- The look-up of a key (contract rule 11) ----------------------------------
+# --- The look-up of a key (docs/SPECIFICATION.md §3 rule 11) ---------------------
 
 
 class KeyLinksScheme(OpenApiSerializerExtension):

@@ -1,4 +1,4 @@
-"""Contract section 5: the OpenAPI schema, and docs pages that work offline."""
+"""docs/SPECIFICATION.md §5: the OpenAPI schema, and docs pages that work offline."""
 
 import json
 import re
@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from django.urls import get_resolver
 from drf_spectacular.drainage import GENERATOR_STATS
 from pytest_django import Settings
 
 from api.openapi import PYTHON_WHITESPACE
+from idempotency import schema as command_schemas
+from idempotency.schema import NOT_STORED, STORED, STORED_ANSWERS, all_stored_answers
 
 COMMAND_METHODS = ("post", "put", "patch", "delete")
 # Each problem response has its component (api.openapi.problem_responses).
@@ -187,6 +190,112 @@ def test_the_api_description_states_retention_and_conflict_policy(schema: dict[s
     assert "IDEMPOTENCY_KEY_TTL" in description
     assert "IdempotencyKeyConflict" in description
     assert "Idempotent-Replayed: true" in description
+
+
+# --- Which answers a command stores: as idempotency.schema.STORED_ANSWERS says ---
+
+Answer = tuple[int, str | None]
+# An item of a problem response's description: "- `Code`: when. Stored…".
+DESCRIBED_CODE = re.compile(r"^- `(\w+)`: (.*)$", re.MULTILINE)
+# The policy's list of replayed failures: "400 `ValidationError`; 409 `A`, `B`; …".
+REPLAYED_FAILURES = re.compile(r"final failures are replayed too: (.*?)\. A command")
+FAILURE_GROUP = re.compile(r"(\d{3}) ((?:`\w+`(?:, )?)+)")
+
+
+@pytest.fixture
+def registry() -> dict[str, frozenset[Answer]]:
+    """STORED_ANSWERS, complete: the URLconf imports every command's view, and its schema."""
+    get_resolver().url_patterns  # noqa: B018 - loading it is the point
+    return STORED_ANSWERS
+
+
+def described_answers(operation: dict[str, Any]) -> list[tuple[Answer, str]]:
+    """Each answer an operation documents, (status, code or None), with what it says of it."""
+    described: list[tuple[Answer, str]] = []
+    for status, response in operation["responses"].items():
+        if "application/problem+json" in response.get("content", {}):
+            described += [
+                ((int(status), code), text)
+                for code, text in DESCRIBED_CODE.findall(response["description"])
+            ]
+        else:
+            described.append(((int(status), None), response["description"]))
+    return described
+
+
+def says_stored(text: str) -> bool:
+    """True for "Stored and replayed under the key.", False for "Not stored: …"; nothing else."""
+    stored, not_stored = text.endswith(STORED), NOT_STORED in text
+    assert stored != not_stored, text
+    assert text.count(STORED) == int(stored), text
+    return stored
+
+
+def replayed_failures(description: str) -> set[Answer]:
+    (failures,) = REPLAYED_FAILURES.findall(description)
+    return {
+        (int(status), code)
+        for status, codes in FAILURE_GROUP.findall(failures)
+        for code in re.findall(r"`(\w+)`", codes)
+    }
+
+
+def test_every_command_of_the_schema_is_in_the_registry(
+    schema: dict[str, Any], registry: dict[str, frozenset[Answer]]
+) -> None:
+    commands = {op["operationId"] for _, _, op in operations(schema, COMMAND_METHODS)}
+
+    assert commands == set(registry)
+
+
+def test_each_answer_of_a_command_says_whether_its_key_stores_it_as_the_registry_does(
+    schema: dict[str, Any], registry: dict[str, frozenset[Answer]]
+) -> None:
+    for path, method, operation in operations(schema, COMMAND_METHODS):
+        described = described_answers(operation)
+        stored = {answer for answer, text in described if says_stored(text)}
+
+        assert stored == registry[operation["operationId"]], (method, path)
+
+
+def test_the_replayed_header_is_documented_on_exactly_the_statuses_a_command_stores(
+    schema: dict[str, Any], registry: dict[str, frozenset[Answer]]
+) -> None:
+    for path, method, operation in operations(schema, COMMAND_METHODS):
+        with_header = {
+            int(status)
+            for status, response in operation["responses"].items()
+            if "Idempotent-Replayed" in response.get("headers", {})
+        }
+
+        assert with_header == {s for s, _ in registry[operation["operationId"]]}, (method, path)
+
+
+def test_no_answer_of_a_read_speaks_of_storing(schema: dict[str, Any]) -> None:
+    for path, method, operation in operations(schema, ("get",)):
+        for _, text in described_answers(operation):
+            assert "stored" not in text.lower(), (method, path, text)
+
+
+def test_the_policy_names_the_failures_the_registry_says_are_replayed(
+    schema: dict[str, Any], registry: dict[str, frozenset[Answer]]
+) -> None:
+    every_failure = {(s, code) for s, code in all_stored_answers() if code is not None}
+
+    assert replayed_failures(schema["info"]["description"]) == every_failure
+    for path, method, operation in operations(schema, COMMAND_METHODS):
+        (key,) = [p for p in operation["parameters"] if p["name"] == "Idempotency-Key"]
+        own = {(s, code) for s, code in registry[operation["operationId"]] if code is not None}
+        assert replayed_failures(key["description"]) == own, (method, path)
+
+
+def test_the_policy_is_not_written_from_an_empty_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(command_schemas, "STORED_ANSWERS", {})
+
+    with pytest.raises(RuntimeError, match="URLconf"):
+        command_schemas.policy_markdown()
 
 
 @pytest.fixture

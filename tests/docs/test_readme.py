@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.urls import get_resolver
+
+from idempotency.schema import all_stored_answers, stored_statuses
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+# The answer cell of the policy table's row of a key's first request.
+FIRST_REQUEST_ROW = re.compile(r"^\| First request with a key \| ([^|]*) \|", re.MULTILINE)
+# "`400 ValidationError`", "`404`": a status, and its code if named.
+NAMED_ANSWER = re.compile(r"`(\d{3})(?: (\w+))?`")
 
 _DEFAULTS_SCRIPT = """
 import json, django
@@ -117,3 +124,14 @@ def test_the_readmes_manage_py_lines_run_as_printed(tmp_path: Path) -> None:
         argv = [sys.executable, *line.split()[1:]]
         result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
         assert result.returncode == 0, f"{line}\n{result.stderr[-2000:]}"
+
+
+def test_the_first_request_row_names_the_statuses_commands_store_and_replay() -> None:
+    # The URLconf imports every command's schema, which registers what it stores.
+    get_resolver().url_patterns  # noqa: B018 - loading it is the point
+    row = FIRST_REQUEST_ROW.search(README)
+
+    assert row is not None, "the README's policy table has no 'First request with a key' row"
+    named = [(int(status), code) for status, code in NAMED_ANSWER.findall(row.group(1))]
+    assert sorted({status for status, _ in named}) == stored_statuses()
+    assert {(status, code) for status, code in named if code} <= all_stored_answers()
