@@ -277,7 +277,7 @@ back as `cursor`; `pageSize` is an integer from 1 to 200 (default 50).
 """,
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    # The schema and its pages are public (contract §2); a stale or wrong
+    # The schema and its pages are public (docs/SPECIFICATION.md §2); a stale or wrong
     # token must not break them, so they authenticate nobody.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
@@ -338,7 +338,7 @@ AXES_RESET_ON_SUCCESS = True
 # The client's address, from X-Forwarded-For only BEHIND_PROXY.
 AXES_CLIENT_IP_CALLABLE = "api.middleware.client_address"
 
-# Bodies over 1 MiB are refused with 413 PayloadTooLarge (contract).
+# Bodies over 1 MiB are refused with 413 PayloadTooLarge (docs/SPECIFICATION.md §2 rule 7).
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
 

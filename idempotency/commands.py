@@ -95,7 +95,7 @@ class Command:
 def idempotent_command(
     view_method: Callable[..., Any] | None = None, *, on_replay: ReplayHook | None = None
 ) -> Any:
-    """Make a DRF view method an idempotent command (contract section 3).
+    """Make a DRF view method an idempotent command (docs/SPECIFICATION.md §3).
 
     ``on_replay(record, response)`` may amend a replay before it is sent;
     asynchronous commands use it to report their operation's current status.

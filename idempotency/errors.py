@@ -1,4 +1,4 @@
-"""The refusals of the idempotency layer (contract section 3)."""
+"""The refusals of the idempotency layer (docs/SPECIFICATION.md §3)."""
 
 from api.errors import ApplicationError, NotFound
 from idempotency.policy import MAX_KEY_LENGTH

@@ -9,7 +9,7 @@ from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyRequired
 from idempotency.policy import MAX_KEY_LENGTH
 
 HEADER = "Idempotency-Key"
-# A key, as the header carries it in its plain form (contract rule 1).
+# A key, as the header carries it in its plain form (docs/SPECIFICATION.md §3 rule 1).
 KEY_PATTERN = re.compile(rf"[!-~]{{1,{MAX_KEY_LENGTH}}}")
 
 

@@ -1,4 +1,4 @@
-"""Reads of idempotency keys, scoped like the keys themselves (contract rule 11)."""
+"""Reads of idempotency keys, scoped like the keys themselves (docs/SPECIFICATION.md §3 rule 11)."""
 
 from django.utils import timezone
 

@@ -1,4 +1,4 @@
-"""The look-up of an idempotency key (contract rule 11), as the API renders it.
+"""The look-up of an idempotency key (docs/SPECIFICATION.md §3 rule 11), as the API renders it.
 
 It shows what the key's first request was (method and path), when, the
 status it earned and where its answer leads, and nothing of the request's

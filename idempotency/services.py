@@ -1,4 +1,6 @@
-"""Retention of idempotency keys: the purge of keys past their TTL (contract rule 10).
+"""Retention of idempotency keys: the purge of keys past their TTL.
+
+docs/SPECIFICATION.md §3 rule 10.
 
 How a purge stays out of the way of commands
 ============================================
@@ -77,7 +79,7 @@ appends at its right end). Partitioning by day would make a purge a ``DROP
 TABLE``, but a partitioned table's unique constraints must include the
 partition key, so (tenant, principal, key) could no longer be unique
 across partitions, and that constraint is what arbitrates every claim
-(contract rule 4). And the table needs neither: at 10^6 keys a claim's
+(docs/SPECIFICATION.md §3 rule 4). And the table needs neither: at 10^6 keys a claim's
 INSERT and a replay's SELECT cost what they cost at 10^3, timed at the
 database (0.7 to 1.2 and 0.85 to 1.4 times over five runs). Through the
 service, the 10^6 / 10^3 ratios of requests/s and of p99 ranged from 0.4

@@ -1,4 +1,4 @@
-"""The look-up of an idempotency key (contract rule 11): a read, not a command.
+"""The look-up of an idempotency key (docs/SPECIFICATION.md §3 rule 11): a read, not a command.
 
 Its OpenAPI description is in idempotency/schema.py.
 """

@@ -12,7 +12,7 @@ from operations.models import Operation
 def with_current_status(record: IdempotencyKey, response: HttpResponse) -> HttpResponse:
     """Replace ``status`` in a stored 202 answer by its operation's status now.
 
-    The one exception to byte-identical replays (contract, Payments): the
+    The one exception to byte-identical replays (docs/SPECIFICATION.md §4 rule 6): the
     ids and links stay as stored, and a retrying client sees progress.
     Retry-After is kept only while the operation is processing.
     """

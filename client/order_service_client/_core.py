@@ -452,7 +452,7 @@ class _ClientCore:
 
 
 def _settles(error: ApiError) -> bool:
-    """Whether a refusal is the command's outcome, stored under its key (contract §3 rule 5).
+    """Whether a refusal is the command's outcome, stored under its key (§3 rule 5).
 
     Then the action is settled (it did not happen) and every retry would
     replay the same refusal, so its intent may forget the key. Refusals

@@ -344,7 +344,7 @@ class OrderServiceClient(_ClientCore):
         The service knows a key for ``IDEMPOTENCY_KEY_TTL`` (24 hours by
         default); an unknown, expired or another principal's key is ``None``.
         The answer says what the key was used for and what it made, never
-        the request's values (contract §3 rule 11).
+        the request's values (docs/SPECIFICATION.md §3 rule 11).
         """
         call = _Call("GET", _path("/v1/idempotency-keys/{}", key))
         response, _ = self._send(call)

@@ -1,7 +1,7 @@
 """The errors the client raises: each problem+json answer as a typed exception.
 
 Every error the service answers is ``application/problem+json`` with a
-stable machine code in ``error`` (contract §2). :func:`error_from_response`
+stable machine code in ``error`` (docs/SPECIFICATION.md §2). :func:`error_from_response`
 picks the exception class by that code (:data:`ERROR_CLASSES`), and by the
 status class when the code is one this client does not know yet, so a new
 code on the server never breaks a ``except NotFound`` here::
@@ -280,7 +280,7 @@ class OperationTimeout(OrderServiceError, TimeoutError):
         )
 
 
-# The service's codes (contract §2) whose class is not their status's
+# The service's codes (docs/SPECIFICATION.md §2) whose class is not their status's
 # default, and the ones worth naming for readers.
 ERROR_CLASSES: Mapping[str, type[ApiError]] = {
     "ValidationError": ValidationFailed,

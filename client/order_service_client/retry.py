@@ -4,7 +4,7 @@ Retrying is safe here for one reason only: every request the client sends
 may be repeated without repeating its effect. Commands carry an
 ``Idempotency-Key`` that stays the same on every retry, so the service
 executes a command once and answers every copy with the stored result
-(contract §3); reads (``GET``) change nothing. A client that sent commands
+(docs/SPECIFICATION.md §3); reads (``GET``) change nothing. A client that sent commands
 without a key, or with a new key per attempt, must not use this policy.
 
 What is worth retrying (:meth:`RetryPolicy.retryable`):

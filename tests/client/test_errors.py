@@ -1,8 +1,8 @@
 """Error mapping: a canned problem+json answer becomes the exception for its code.
 
-Each contract code (§2) maps to its class; a code this client does not
-know falls back by status; an answer that is not problem+json still makes
-an ApiError that says so. The last tests send canned answers through the
+Each of the API's codes (docs/SPECIFICATION.md §2 rule 8) maps to its class;
+a code this client does not know falls back by status; an answer that is not
+problem+json still makes an ApiError that says so. The last tests send canned answers through the
 client over an ``httpx.MockTransport``: what reaches the caller is the
 typed exception, with the command's key.
 """

@@ -39,7 +39,7 @@ RETRYABLE = [
     (429, "Throttled"),
 ]
 
-# Every 4xx of the contract (§2) but 409 IdempotencyKeyInProgress and 429:
+# Every 4xx of docs/SPECIFICATION.md §2 but 409 IdempotencyKeyInProgress and 429:
 # the request is at fault, and the same request gets the same answer.
 FINAL_4XX = [
     (400, "ValidationError"),

@@ -1,4 +1,4 @@
-"""Contract section 5: a client generated from the live schema works, with real types.
+"""docs/SPECIFICATION.md §5: a client generated from the live schema works, with real types.
 
 openapi-python-client generates a package from the schema the running
 service serves; the test fails on any warning of the generator, then

@@ -1,1 +1,1 @@
-"""The idempotency rules (the API's section 3), one rule after another, and their machinery."""
+"""The idempotency rules (docs/SPECIFICATION.md §3), one rule after another, and their machinery."""

@@ -1,6 +1,6 @@
 """Rule 9 — Crash safety: a process that dies or hangs inside a command leaves no stuck key.
 
-The idempotency rules (the API's section 3) have a key claimed, the
+The idempotency rules (docs/SPECIFICATION.md §3) have a key claimed, the
 command's effects written and the answer stored in one transaction, so a
 client process that dies or hangs half-way must leave nothing that blocks
 the retry. Each test starts a real client process

@@ -1,4 +1,4 @@
-"""The idempotency rules (the API's section 3): a section per rule, through the HTTP API.
+"""The idempotency rules (docs/SPECIFICATION.md §3): a section per rule, through the HTTP API.
 
 Each section is headed "Rule N — Name", as the rules are named:
 

@@ -1,6 +1,6 @@
 """``gunicorn config.wsgi:application -w 4``, with no other option, is a correct deployment.
 
-The contract (§1) promises it: metrics and the rate limit hold across the
+docs/SPECIFICATION.md §1 promises it: metrics and the rate limit hold across the
 worker processes. gunicorn reads ./gunicorn.conf.py by itself, which loads
 config/gunicorn.py: the metrics directory that the workers share, and the
 hook that removes it. The rate limit is counted in the database.

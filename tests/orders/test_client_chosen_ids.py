@@ -1,4 +1,4 @@
-"""``PUT /v1/orders/{orderId}``: an order under an id the client chose (contract section 4).
+"""``PUT /v1/orders/{orderId}``: an order under an id the client chose (docs/SPECIFICATION.md §4).
 
 The id names the intent beside the key: the key makes a retry of one
 request safe, the id makes any request for that order safe, under any key.

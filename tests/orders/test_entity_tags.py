@@ -1,4 +1,4 @@
-"""ETags on reads, ``If-None-Match`` and ``If-Match`` (contract section 4).
+"""ETags on reads, ``If-None-Match`` and ``If-Match`` (docs/SPECIFICATION.md §4).
 
 A read of one order, payment or operation carries a strong ETag that
 changes whenever its body does; ``cancel`` and ``PUT`` of an existing id

@@ -1,4 +1,4 @@
-"""The orders endpoints and the conventions of contract sections 2 and 4."""
+"""The orders endpoints and the conventions of docs/SPECIFICATION.md §2 and §4."""
 
 import json
 from collections.abc import Callable
