@@ -32,6 +32,7 @@ nothing and stores nothing, so a retry executes it once.
 """
 
 import functools
+import json
 import re
 import time
 from collections.abc import Callable
@@ -40,8 +41,16 @@ from enum import StrEnum
 from typing import Any, TypeVar, cast
 
 import structlog
-from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import BinaryField, DateTimeField, Field, JSONField, UniqueConstraint
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import JSONField, UniqueConstraint
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
@@ -209,22 +218,22 @@ def run_command(
     """
     try:
         with transaction.atomic():
-            record = _claim_or_find(command)
-            if record is not None:
-                return _replay(command, record, on_replay), Outcome.REPLAYED
+            found = _claim_or_find(command)
+            if isinstance(found, IdempotencyKey):
+                return _replay(command, found, on_replay), Outcome.REPLAYED
             answer = _execute(execute)
-            _store(command, answer)
+            _store(found, answer)
         return answer.response(), Outcome.EXECUTED
     except _CommandFailed as failed:
         # The command's effects rolled back, and the claim with them: the
         # failure is stored in a transaction of its own.
         answer = _Answer.of(render_exception(failed.__cause__ or failed))
     with transaction.atomic():
-        record = _claim_or_find(command, answer=answer)
-        if record is not None:
+        found = _claim_or_find(command, answer=answer)
+        if isinstance(found, IdempotencyKey):
             # Another copy claimed the key between the two transactions and
             # executed it: its answer is the key's.
-            return _replay(command, record, on_replay), Outcome.REPLAYED
+            return _replay(command, found, on_replay), Outcome.REPLAYED
     return answer.response(), Outcome.EXECUTED
 
 
@@ -281,11 +290,12 @@ def _execute(execute: Callable[[], HttpResponse]) -> _Answer:
 _ROUNDS = 3
 
 
-def _claim_or_find(command: Command, *, answer: _Answer | None = None) -> IdempotencyKey | None:
-    """Claim the key (None: it is ours now), or the completed record that holds it."""
+def _claim_or_find(command: Command, *, answer: _Answer | None = None) -> int | IdempotencyKey:
+    """Claim the key (the id of our new row), or find the completed record that holds it."""
     for _ in range(_ROUNDS):
-        if _claim(command, answer):
-            return None
+        claimed = _claim(command, answer)
+        if claimed is not None:
+            return claimed
         record = _lookup(command)
         if record is None:
             continue  # purged after our claim saw it
@@ -296,75 +306,95 @@ def _claim_or_find(command: Command, *, answer: _Answer | None = None) -> Idempo
     raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
 
 
-def _claim(command: Command, answer: _Answer | None) -> bool:
-    """INSERT the key unless it exists: True if this transaction now holds it.
+def _claim(command: Command, answer: _Answer | None) -> int | None:
+    """INSERT the key unless it exists: the new row's id if this transaction now holds it.
 
-    One statement, ``INSERT … ON CONFLICT DO NOTHING``: the unique index
-    arbitrates. If another transaction holds the key uncommitted, the INSERT
-    waits for it, at most ``IDEMPOTENCY_WAIT``: if it commits, ours inserts
-    nothing (and the caller reads its answer); if it rolls back, ours
-    inserts. A key that exists costs no write and no lock, and a conflict
-    raises nothing, so the transaction goes on with no savepoint.
+    One statement, ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: the
+    unique index arbitrates. If another transaction holds the key
+    uncommitted, the INSERT waits for it, at most ``IDEMPOTENCY_WAIT``: if
+    it commits, ours inserts nothing (and the caller reads its answer); if
+    it rolls back, ours inserts. A key that exists costs no write and no
+    lock, and a conflict raises nothing, so the transaction goes on with no
+    savepoint.
 
     On PostgreSQL the same statement first bounds this transaction's waits
-    (:func:`_wait_bounds`), so they hold for the claim's own wait: one round
+    (:func:`_claim_sql`), so they hold for the claim's own wait: one round
     trip instead of two.
     """
     now = timezone.now()
-    row: dict[str, Any] = {
-        "tenant": command.principal.tenant_id,
-        "principal": command.principal.pk,
-        "key": command.key,
-        "request_method": command.method,
-        "request_path": command.path,
-        "fingerprint": command.fingerprint.digest,
-        "field_digests": command.fingerprint.field_digests,
-        "response_status": answer.status if answer else None,
-        "response_body": answer.body if answer else b"",
-        "response_headers": answer.headers if answer else {},
-        "created_at": now,
-        "expires_at": now + policy.key_ttl(),
-    }
-    values = [
-        f.get_db_prep_save(row[f.name], connection) if f.name in _CONVERTED else row[f.name]
-        for f in _CLAIM_FIELDS
-    ]
-    if connection.vendor == "postgresql":
-        values += _wait_bounds()
+    db = connections[DEFAULT_DB_ALIAS]
+    values = _bound(
+        db,
+        {
+            "tenant": command.principal.tenant_id,
+            "principal": command.principal.pk,
+            "key": command.key,
+            "request_method": command.method,
+            "request_path": command.path,
+            "fingerprint": command.fingerprint.digest,
+            "field_digests": command.fingerprint.field_digests,
+            "response_status": answer.status if answer else None,
+            "response_body": answer.body if answer else b"",
+            "response_headers": answer.headers if answer else {},
+            "created_at": now,
+            "expires_at": now + policy.key_ttl(),
+        },
+    )
+    sql = _claim_sql(db.vendor, *_wait_bounds(db.vendor))
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(_claim_sql(connection.vendor), values)
-            return cursor.rowcount == 1
+        with db.cursor() as cursor:
+            cursor.execute(sql, values)
+            row = cursor.fetchone()
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
             raise IdempotencyKeyInProgress(
                 headers={"Retry-After": policy.in_progress_retry_after()}
             ) from None
         raise
+    return None if row is None else int(row[0])
 
 
-# Every column but the id: a claim writes the whole row.
-_CLAIM_FIELDS = [f for f in IdempotencyKey._meta.concrete_fields if not f.primary_key]
-# The columns whose values the database takes only as the field converts
-# them (JSON, bytes, datetimes: how differs by backend). The others are
-# integers, strings or None, bound as they are: each field's conversion
-# costs microseconds, and a claim binds twelve on the hot path.
-_CONVERTED = frozenset(
-    f.name for f in _CLAIM_FIELDS if isinstance(f, JSONField | BinaryField | DateTimeField)
-)
+def _store(claim_id: int, answer: _Answer) -> None:
+    """Put the answer on our claim: one UPDATE of the row the claim inserted, by its id."""
+    db = connections[DEFAULT_DB_ALIAS]
+    values = _bound(
+        db,
+        {
+            "response_status": answer.status,
+            "response_body": answer.body,
+            "response_headers": answer.headers,
+        },
+    )
+    with db.cursor() as cursor:
+        cursor.execute(_store_sql(db.vendor), [*values, claim_id])
 
 
-def _field(name: str) -> "Field[Any, Any]":
-    return next(f for f in _CLAIM_FIELDS if f.name == name)
+# The hot path's two statements are plain SQL, built once per backend (and
+# per set of wait bounds) from the model's own names, not the ORM's
+# ``create()`` and ``update()``, which would build a model instance and
+# compile the same statement anew for every command. Only names from the
+# model and the server's own settings are formatted in; every value a
+# request carries is bound.
+_FIELDS = {f.name: f for f in IdempotencyKey._meta.concrete_fields if not f.primary_key}
+_JSON_FIELDS = frozenset(name for name, f in _FIELDS.items() if isinstance(f, JSONField))
 
 
-@functools.cache
-def _store_sql(vendor: str) -> str:
-    quote = connection.ops.quote_name
-    columns = ["response_status", "response_body", "response_headers"]
-    assignments = ", ".join(f"{quote(_field(name).column)} = %s" for name in columns)
-    key = " AND ".join(f"{quote(_field(name).column)} = %s" for name in _unique_fields())
-    return f"UPDATE {quote(IdempotencyKey._meta.db_table)} SET {assignments} WHERE {key}"  # noqa: S608
+def _bound(db: BaseDatabaseWrapper, row: dict[str, Any]) -> list[Any]:
+    """The values of ``row`` (field name → value) as the backend takes them, in order.
+
+    psycopg adapts integers, strings, bytes and aware datetimes as they
+    are, and a JSON value travels as its text, cast to ``jsonb`` in the
+    SQL: a field's own conversion would cost a dozen microseconds per
+    command for the same bytes. Other backends (SQLite) get each value as
+    its model field prepares it.
+    """
+    if db.vendor == "postgresql":
+        return [json.dumps(value) if name in _JSON_FIELDS else value for name, value in row.items()]
+    return [_FIELDS[name].get_db_prep_save(value, db) for name, value in row.items()]
+
+
+def _placeholder(vendor: str, name: str) -> str:
+    return "%s::jsonb" if vendor == "postgresql" and name in _JSON_FIELDS else "%s"
 
 
 def _unique_fields() -> list[str]:
@@ -375,22 +405,35 @@ def _unique_fields() -> list[str]:
 
 
 @functools.cache
-def _claim_sql(vendor: str) -> str:
+def _claim_sql(vendor: str, *wait_bounds: str) -> str:
     quote = connection.ops.quote_name
-    arbiter = ", ".join(quote(_field(name).column) for name in _unique_fields())
-    columns = ", ".join(quote(f.column) for f in _CLAIM_FIELDS)
-    placeholders = ", ".join(["%s"] * len(_CLAIM_FIELDS))
+    arbiter = ", ".join(quote(_FIELDS[name].column) for name in _unique_fields())
+    columns = ", ".join(quote(f.column) for f in _FIELDS.values())
+    placeholders = ", ".join(_placeholder(vendor, name) for name in _FIELDS)
     # On PostgreSQL the row comes out of the query that sets the wait bounds:
     # they are set before the row is inserted, so they bound the claim's own
-    # wait. Only names from the model are formatted in; every value is bound.
+    # wait.
     source = (
-        f"SELECT {placeholders} FROM ({_WAIT_BOUNDS}) AS bounds"  # noqa: S608
+        f"SELECT {placeholders} FROM ({_WAIT_BOUNDS % wait_bounds}) AS bounds"  # noqa: S608
         if vendor == "postgresql"
         else f"VALUES ({placeholders})"
     )
     return (
         f"INSERT INTO {quote(IdempotencyKey._meta.db_table)} ({columns}) {source}"
-        f" ON CONFLICT ({arbiter}) DO NOTHING"
+        f" ON CONFLICT ({arbiter}) DO NOTHING RETURNING {quote(IdempotencyKey._meta.pk.column)}"
+    )
+
+
+@functools.cache
+def _store_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    columns = ["response_status", "response_body", "response_headers"]
+    assignments = ", ".join(
+        f"{quote(_FIELDS[name].column)} = {_placeholder(vendor, name)}" for name in columns
+    )
+    return (
+        f"UPDATE {quote(IdempotencyKey._meta.db_table)} SET {assignments}"  # noqa: S608
+        f" WHERE {quote(IdempotencyKey._meta.pk.column)} = %s"
     )
 
 
@@ -402,21 +445,25 @@ def _claim_sql(vendor: str) -> str:
 # three are transaction-local (``set_config(…, true)``): they end with the
 # transaction, and hold behind a transaction-pooling PgBouncer. SQLite has
 # no equivalents: there the connection's busy timeout bounds the wait for
-# its one writer.
+# its one writer. The values are the server's own settings, in whole
+# milliseconds, written into the statement (one per set of values, cached)
+# rather than bound: three parameters fewer to adapt on every claim.
 _WAIT_BOUNDS = (
-    "SELECT set_config('lock_timeout', %s, true),"
-    " set_config('statement_timeout', %s, true),"
-    " set_config('idle_in_transaction_session_timeout', %s, true)"
+    "SELECT set_config('lock_timeout', '%s', true),"
+    " set_config('statement_timeout', '%s', true),"
+    " set_config('idle_in_transaction_session_timeout', '%s', true)"
 )
 
 
-def _wait_bounds() -> list[str]:
+def _wait_bounds(vendor: str) -> tuple[str, ...]:
     """The values of ``_WAIT_BOUNDS``, read from the settings at each claim."""
-    return [
+    if vendor != "postgresql":
+        return ()
+    return (
         _milliseconds(policy.wait_seconds()),
         _milliseconds(policy.lock_timeout_seconds()),
         _milliseconds(policy.lock_timeout_seconds()),
-    ]
+    )
 
 
 def _lookup(command: Command) -> IdempotencyKey | None:
@@ -428,32 +475,6 @@ def _lookup(command: Command) -> IdempotencyKey | None:
 def _forget(record: IdempotencyKey) -> None:
     # Conditional on expiry, so a key claimed anew meanwhile is kept.
     IdempotencyKey.objects.filter(pk=record.pk, expires_at__lte=timezone.now()).delete()
-
-
-def _store(command: Command, answer: _Answer) -> None:
-    """Put the answer on the claim: one UPDATE by the claim's unique key.
-
-    Plain SQL, not the ORM's ``update()``, which would compile the same
-    statement anew for every command: this is the hot path.
-    """
-    values = [
-        _field(name).get_db_prep_save(value, connection)
-        for name, value in [
-            ("response_status", answer.status),
-            ("response_body", answer.body),
-            ("response_headers", answer.headers),
-        ]
-    ]
-    # The WHERE clause names the unique fields in the constraint's order.
-    unique: dict[str, Any] = {
-        "tenant": command.principal.tenant_id,
-        "principal": command.principal.pk,
-        "key": command.key,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _store_sql(connection.vendor), [*values, *(unique[name] for name in _unique_fields())]
-        )
 
 
 def _replay(command: Command, record: IdempotencyKey, on_replay: ReplayHook | None) -> HttpResponse:
