@@ -26,7 +26,7 @@ import hashlib
 import heapq
 import hmac
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice
@@ -92,13 +92,13 @@ def _ancestors(pointer: str) -> Iterator[str]:
         end = pointer.rfind("/", 0, end)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Part:
     pointer: str
     value: Any
     # Where the part sits in its parent: a member name or an index.
     slot: str | int
-    digested_children: "list[_Part]" = field(default_factory=list)
+    digested_children: "list[_Part]"
     digest: str = ""
 
 
@@ -113,7 +113,7 @@ def _field_digests(body: Any) -> dict[str, str]:
 
 def _choose_parts(body: Any) -> list[_Part]:
     """The parts that get a digest: breadth first, so a budget cut keeps the outer ones."""
-    root = _Part(pointer="", value=body, slot="")
+    root = _Part(pointer="", value=body, slot="", digested_children=[])
     chosen: list[_Part] = []
     queue = deque([root])
     while queue and len(chosen) < MAX_FIELD_DIGESTS:
@@ -125,22 +125,28 @@ def _choose_parts(body: Any) -> list[_Part]:
             pointer = f"{parent.pointer}/{_escape(slot) if isinstance(slot, str) else slot}"
             if len(pointer) > MAX_POINTER_LENGTH:
                 continue
-            part = _Part(pointer=pointer, value=value, slot=slot)
+            part = _Part(pointer=pointer, value=value, slot=slot, digested_children=[])
             chosen.append(part)
-            queue.append(part)
+            if isinstance(value, dict | list):
+                queue.append(part)
             if parent is not root:
                 parent.digested_children.append(part)
     return chosen
 
 
-def _children(value: Any) -> Iterator[tuple[str | int, Any]]:
+def _children(value: Any) -> Iterable[tuple[str | int, Any]]:
     """A container's children in canonical order, taken lazily: a budget stops early."""
     if isinstance(value, dict):
         # nsmallest sorts only what the budget can take of a huge object.
-        for name in heapq.nsmallest(MAX_FIELD_DIGESTS, value):
-            yield name, value[name]
-    elif isinstance(value, list):
-        yield from enumerate(value)
+        names = (
+            sorted(value)
+            if len(value) <= MAX_FIELD_DIGESTS
+            else heapq.nsmallest(MAX_FIELD_DIGESTS, value)
+        )
+        return [(name, value[name]) for name in names]
+    if isinstance(value, list):
+        return enumerate(value)
+    return ()
 
 
 def _digest_of(part: _Part, keyed: "hmac.HMAC") -> str:

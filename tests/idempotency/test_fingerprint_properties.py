@@ -330,3 +330,38 @@ def test_negative_zero_is_zero() -> None:
 
     assert rfc8785.dumps(-0.0) == b"0"
     assert all(f == fingerprints[0] for f in fingerprints)
+
+
+def test_stored_fingerprints_and_digests_stay_comparable_across_releases() -> None:
+    """The bytes a release computes for one body are those earlier releases stored.
+
+    A key stored yesterday is compared with today's request: if a change of
+    the code (a faster canonical form, another walk of the body) changed a
+    fingerprint, every retry across the deploy would be a conflict; if it
+    changed a field digest, conflicts would name parts that did not change.
+    These values were computed before the hot path was last optimised.
+    """
+    body = {
+        "customerId": "c-1",
+        "items": [{"sku": "ABC", "qty": 2}, {"sku": "XYZ", "qty": 1.5e-7}],
+        "currency": "RUB",
+        "note": "é/~\U0001f600",
+    }
+
+    with override_settings(SECRET_KEY="one-secret-key-of-sufficient-length-0123456789"):
+        computed = fingerprint(body)
+        digests = computed.field_digests
+
+    assert computed.digest == "a4e0f0ba8aab5b2c35a18851781c976f5877acb3e91dfeaeedd2ddc8b9cef976"
+    assert digests == {
+        "/currency": "067608b6fee93a14",
+        "/customerId": "d2cd232e58866fa4",
+        "/items": "21ab5a3308031162",
+        "/note": "6ee75411adbac522",
+        "/items/0": "47cac45f9c5d9bfc",
+        "/items/1": "9320ab9242ae2f24",
+        "/items/0/qty": "c5c7ffdc31a27a1c",
+        "/items/0/sku": "b4ec16fd064df5b9",
+        "/items/1/qty": "4e141c65b89dd072",
+        "/items/1/sku": "eac06ab57917e01c",
+    }
