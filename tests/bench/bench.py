@@ -37,9 +37,15 @@ from tests.bench import service, wrk
 
 DATABASE = "order_service_bench"
 ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
-# Rounds of the four loads, and each load's seconds in a round.
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
-SECONDS = float(os.environ.get("BENCH_SECONDS", "6"))
+# Rounds of the four loads, and each load's seconds in a round: many short
+# rounds rather than a few long ones, so that a slow stretch of the machine
+# falls on few of them, and the medians leave those out.
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
+# Each load's CPU is read over one run of its own, after the rounds.
+COST_SECONDS = 6.0
+# The loads whose ratio matters most run side by side in each round.
+_PAIRS = (("guarded", "unguarded"), ("replay", "read"))
 
 
 def main() -> None:
@@ -80,11 +86,14 @@ class Bench:
         with psycopg.connect(service.database_url(DATABASE), autocommit=True) as conn:
             conn.execute("CHECKPOINT")
         results: dict[str, list[wrk.Result]] = {name: [] for name in loads}
-        names = list(loads)
         for round_ in range(ROUNDS):
-            # Each round starts with another load, so none always runs first.
-            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                results[name].append(wrk.run(self.base_url, loads[name], seconds=SECONDS))
+            # Each ratio's two loads run back to back, in either order by
+            # turns: the machine's speed drifts by tens of percent over a
+            # few seconds here, and a ratio of two runs seconds apart would
+            # measure the drift.
+            for pair in _PAIRS if round_ % 2 == 0 else _PAIRS[::-1]:
+                for name in pair if round_ % 2 == 0 else pair[::-1]:
+                    results[name].append(wrk.run(self.base_url, loads[name], seconds=SECONDS))
         costs = {name: self.cost_of(load) for name, load in loads.items()}
         to_succeeded = self.payment_latencies(20)
 
@@ -118,7 +127,14 @@ class Bench:
                 f"  {label:40s} {statistics.median(ratios):5.2f}"
                 f" ({min(ratios):.2f}-{max(ratios):.2f})"
             )
-        print(f"where the time goes, per request ({SECONDS:g} s of each load, read from /proc):")
+        cpu = {name: costs[name].python_ms + costs[name].postgres_ms for name in costs}
+        print(
+            f"  {'CPU of a first execution, unguarded / guarded':40s}"
+            f" {cpu['unguarded'] / cpu['guarded']:5.2f}  (gunicorn and PostgreSQL, below)"
+        )
+        print(
+            f"where the time goes, per request ({COST_SECONDS:g} s of each load, read from /proc):"
+        )
         print(f"  {'':46s} {'gunicorn':>9s} {'PostgreSQL':>11s} {'wrk':>6s} {'WAL':>8s}")
         for name, label in labels.items():
             cost = costs[name]
@@ -215,7 +231,7 @@ class Bench:
             wal_before = _scalar(conn, "SELECT pg_current_wal_lsn()")
             python, postgres = _cpu_seconds("tests.bench.wsgi"), _postgres_cpu(postmaster)
             children = _children_cpu()
-            result = wrk.run(self.base_url, load, seconds=SECONDS)
+            result = wrk.run(self.base_url, load, seconds=COST_SECONDS)
             children = _children_cpu() - children
             python = _cpu_seconds("tests.bench.wsgi") - python
             postgres = _postgres_cpu(postmaster) - postgres
