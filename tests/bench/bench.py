@@ -13,6 +13,8 @@ that a drift of the machine spreads over all of them:
 - replays of one ``POST /v1/orders`` against first executions, and against
   reads of the same order, ``GET /v1/orders/{id}``;
 - the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment;
+- the guard's CPU against the unguarded view's, in one process, where the
+  machine's drift cancels out (tests/bench/in_process.py);
 - what a hostile body of 1 MiB costs: parsing, fingerprinting and field
   digests in this process for each shape of tests/support/hostile_bodies.py,
   and the whole answer through the service, against a small order's.
@@ -33,7 +35,7 @@ from typing import Any
 import psycopg
 import requests
 
-from tests.bench import service, wrk
+from tests.bench import in_process, service, wrk
 
 DATABASE = "order_service_bench"
 ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
@@ -53,7 +55,28 @@ def main() -> None:
     with service.serving(env, celery=True, app="tests.bench.wsgi:application") as live:
         bench = Bench(live.base_url, token)
         bench.run()
+        guard_cpu(env, token)
         bench.hostile_bodies()
+
+
+def guard_cpu(env: dict[str, str], token: str) -> None:
+    cpu = in_process.measure(env, token, ORDER)
+    print("the guard's CPU in one process, requests alternating (tests/bench/in_process.py):")
+    print(
+        f"  first execution  {cpu.guarded_python_ms:5.2f} ms Python"
+        f"  {cpu.guarded_postgres_ms:5.2f} ms PostgreSQL"
+    )
+    print(
+        f"  unguarded        {cpu.unguarded_python_ms:5.2f} ms Python"
+        f"  {cpu.unguarded_postgres_ms:5.2f} ms PostgreSQL"
+    )
+    for label, ratios in [
+        ("CPU, unguarded / guarded", cpu.ratios),
+        ("Python alone, unguarded / guarded", cpu.python_ratios),
+    ]:
+        print(
+            f"  {label:40s} {statistics.median(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        )
 
 
 class Bench:
