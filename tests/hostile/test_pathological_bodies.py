@@ -5,11 +5,11 @@ command is parsed and fingerprinted before anything else happens, replays
 and conflicts included, so that work must grow with the size of the body
 and nothing else: not with its depth, its width or its number of members.
 
-The linearity test compares the work for a body and for one four times
-larger, with a wide margin (linear work quadruples, quadratic work grows
-sixteen-fold), rather than holding the work to a timing that a busy
-machine could miss. ``make bench`` prints the cost of a 1 MiB body of each
-shape.
+The linearity test compares the work for a body and for one eight times
+larger, with a wide margin (linear work grows eightfold, quadratic work
+sixty-four-fold; the test allows twenty), rather than holding the work to
+a timing that a busy machine could miss. ``make bench`` prints the cost of
+a 1 MiB body of each shape.
 """
 
 import gc
@@ -35,21 +35,26 @@ def command_work(raw: bytes) -> None:
     fingerprint.field_digests  # noqa: B018 - computed: a claim or a conflict needs them
 
 
-def cpu_seconds(work: Callable[[], Any], *, runs: int = 3) -> float:
-    """The least CPU time of a few runs: this process's own work, whatever else the machine does.
+def least_cpu_seconds(*works: Callable[[], Any], runs: int = 5) -> list[float]:
+    """The least CPU time of a few runs of each work: this process's own, whatever else runs.
+
+    The works take turns, run after run, so that a slow stretch of the
+    machine (which here lasts seconds, and once made one body's three runs
+    all twice as slow as the other's) falls on each of them alike.
 
     The garbage collector is paused meanwhile. Its full passes re-scan
     everything the process holds, which in a test process is far more than
     in a web worker (config.wsgi freezes what the application loaded): they
     would measure the test process, not this code.
     """
-    best = float("inf")
+    best = [float("inf")] * len(works)
     gc.disable()
     try:
         for _ in range(runs):
-            started = time.process_time()
-            work()
-            best = min(best, time.process_time() - started)
+            for index, work in enumerate(works):
+                started = time.process_time()
+                work()
+                best[index] = min(best[index], time.process_time() - started)
     finally:
         gc.enable()
     return best
@@ -57,16 +62,18 @@ def cpu_seconds(work: Callable[[], Any], *, runs: int = 3) -> float:
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_work_grows_linearly_with_the_body_whatever_its_shape(shape: str) -> None:
-    small, large = (SHAPES[shape](size).encode() for size in (240_000, 960_000))
+    small, large = (SHAPES[shape](size).encode() for size in (120_000, 960_000))
     assert len(large) <= 1024 * 1024  # within the body limit
-    assert 3.5 < len(large) / len(small) < 4.5
+    assert 7 < len(large) / len(small) < 10
 
-    small_cost = cpu_seconds(lambda: command_work(small))
+    (small_cost,) = least_cpu_seconds(lambda: command_work(small), runs=1)
     # Quadratic work would take minutes for the large body; stop here instead.
     assert small_cost < 1.0, f"{small_cost:.2f} s for {len(small)} bytes"
-    large_cost = cpu_seconds(lambda: command_work(large))
+    small_cost, large_cost = least_cpu_seconds(
+        lambda: command_work(small), lambda: command_work(large)
+    )
 
-    assert large_cost / small_cost < 8, f"{small_cost * 1000:.1f} ms → {large_cost * 1000:.1f} ms"
+    assert large_cost / small_cost < 20, f"{small_cost * 1000:.1f} ms → {large_cost * 1000:.1f} ms"
 
 
 def test_stored_field_digests_stay_bounded_however_large_the_body() -> None:

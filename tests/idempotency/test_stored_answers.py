@@ -155,7 +155,7 @@ def an_order_is_placed(api: Api, body: dict[str, Any]) -> Request:
 
 
 @scenario("createOrder", 400, "ValidationError")
-def an_order_of_no_items_fails_validation(api: Api, body: dict[str, Any]) -> Request:
+def an_order_of_a_zero_quantity_fails_validation(api: Api, body: dict[str, Any]) -> Request:
     return create_order({**body, "items": [{"sku": "ABC", "qty": 0}]})
 
 
