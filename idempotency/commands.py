@@ -35,7 +35,7 @@ import functools
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar, cast
@@ -325,6 +325,7 @@ def _claim(command: Command, answer: _Answer | None) -> int | None:
     db = connections[DEFAULT_DB_ALIAS]
     values = _bound(
         db,
+        _FIELDS,
         {
             "tenant": command.principal.tenant_id,
             "principal": command.principal.pk,
@@ -359,6 +360,7 @@ def _store(claim_id: int, answer: _Answer) -> None:
     db = connections[DEFAULT_DB_ALIAS]
     values = _bound(
         db,
+        _ANSWER_FIELDS,
         {
             "response_status": answer.status,
             "response_body": answer.body,
@@ -377,10 +379,14 @@ def _store(claim_id: int, answer: _Answer) -> None:
 # request carries is bound.
 _FIELDS = {f.name: f for f in IdempotencyKey._meta.concrete_fields if not f.primary_key}
 _JSON_FIELDS = frozenset(name for name, f in _FIELDS.items() if isinstance(f, JSONField))
+# What the store writes on the claim, in the order its statement names them.
+_ANSWER_FIELDS = ("response_status", "response_body", "response_headers")
 
 
-def _bound(db: BaseDatabaseWrapper, row: dict[str, Any]) -> list[Any]:
-    """The values of ``row`` (field name → value) as the backend takes them, in order.
+def _bound(db: BaseDatabaseWrapper, names: Iterable[str], row: dict[str, Any]) -> list[Any]:
+    """The values of ``row`` (field name → value) as the backend takes them, in ``names``' order.
+
+    ``names`` is the order the statement lists its columns in.
 
     psycopg adapts integers, strings, bytes and aware datetimes as they
     are, and a JSON value travels as its text, cast to ``jsonb`` in the
@@ -389,8 +395,8 @@ def _bound(db: BaseDatabaseWrapper, row: dict[str, Any]) -> list[Any]:
     its model field prepares it.
     """
     if db.vendor == "postgresql":
-        return [json.dumps(value) if name in _JSON_FIELDS else value for name, value in row.items()]
-    return [_FIELDS[name].get_db_prep_save(value, db) for name, value in row.items()]
+        return [json.dumps(row[name]) if name in _JSON_FIELDS else row[name] for name in names]
+    return [_FIELDS[name].get_db_prep_save(row[name], db) for name in names]
 
 
 def _placeholder(vendor: str, name: str) -> str:
@@ -427,9 +433,8 @@ def _claim_sql(vendor: str, *wait_bounds: str) -> str:
 @functools.cache
 def _store_sql(vendor: str) -> str:
     quote = connection.ops.quote_name
-    columns = ["response_status", "response_body", "response_headers"]
     assignments = ", ".join(
-        f"{quote(_FIELDS[name].column)} = {_placeholder(vendor, name)}" for name in columns
+        f"{quote(_FIELDS[name].column)} = {_placeholder(vendor, name)}" for name in _ANSWER_FIELDS
     )
     return (
         f"UPDATE {quote(IdempotencyKey._meta.db_table)} SET {assignments}"  # noqa: S608

@@ -135,7 +135,7 @@ def _choose_parts(body: Any) -> list[_Part]:
 
 
 def _children(value: Any) -> Iterable[tuple[str | int, Any]]:
-    """A container's children in canonical order, taken lazily: a budget stops early."""
+    """A container's children in canonical order; an array's are taken lazily."""
     if isinstance(value, dict):
         # nsmallest sorts only what the budget can take of a huge object.
         names = (

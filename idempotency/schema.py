@@ -321,17 +321,18 @@ def command_schema(
     """
     # The command's own answers, its successes aside: final, so its key
     # keeps them. The one list both the registry and the documented
-    # "Stored…" are made from.
-    given = [
-        invalid,
-        *refusals,
-        *((PRECONDITION_FAILED,) if if_match is not None else ()),
-        COMMAND_INTERNAL_ERROR,
-    ]
-    stored = [_stored(refusal) for refusal in given]
-    own = stored[1 : 1 + len(refusals)]
+    # "Stored…" are made from. Beside its domain refusals, every command's
+    # code may answer a stale If-Match (where it takes one) and fail itself.
+    also = [*((PRECONDITION_FAILED,) if if_match is not None else ()), COMMAND_INTERNAL_ERROR]
+    given = [invalid, *refusals, *also]
+    own = [_stored(refusal) for refusal in refusals]
     # `invalid` first: the example of the 400 response is the command's own.
-    refusal_list = [stored[0], *_ANSWERED_AROUND_THE_COMMAND, *stored[1:]]
+    refusal_list = [
+        _stored(invalid),
+        *_ANSWERED_AROUND_THE_COMMAND,
+        *own,
+        *(_stored(refusal) for refusal in also),
+    ]
     answers = frozenset(
         [*((status, None) for status in responses), *((r.status, r.code) for r in given)]
     )

@@ -97,12 +97,12 @@ def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000)
                 spent[name][1] += backend_seconds() - postgres
         for name, (python, postgres) in spent.items():
             per_kind[name].append((python * 1000 / per_round, postgres * 1000 / per_round))
-    pairs_ = list(zip(per_kind["guarded"], per_kind["unguarded"], strict=True))
+    rounds_of_both = list(zip(per_kind["guarded"], per_kind["unguarded"], strict=True))
     return GuardCpu(
         guarded_python_ms=statistics.median(p for p, _ in per_kind["guarded"]),
         guarded_postgres_ms=statistics.median(q for _, q in per_kind["guarded"]),
         unguarded_python_ms=statistics.median(p for p, _ in per_kind["unguarded"]),
         unguarded_postgres_ms=statistics.median(q for _, q in per_kind["unguarded"]),
-        ratios=[sum(u) / sum(g) for g, u in pairs_],
-        python_ratios=[u[0] / g[0] for g, u in pairs_],
+        ratios=[sum(u) / sum(g) for g, u in rounds_of_both],
+        python_ratios=[u[0] / g[0] for g, u in rounds_of_both],
     )
