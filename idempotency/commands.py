@@ -8,13 +8,15 @@ A view method becomes an idempotent command with one line::
 The protocol, for a request with key K and fingerprint F, in one
 transaction:
 
-1. Claim K: ``INSERT … ON CONFLICT DO NOTHING``. The unique constraint
-   arbitrates. If another request holds K uncommitted, the INSERT waits (at
-   most ``IDEMPOTENCY_WAIT``) for it to commit (ours then inserts nothing)
-   or to roll back (ours then inserts).
+1. Claim K: ``INSERT … ON CONFLICT DO NOTHING``, sent with the
+   transaction's ``BEGIN``. The unique constraint arbitrates. If another
+   request holds K uncommitted, the INSERT waits (at most
+   ``IDEMPOTENCY_WAIT``) for it to commit (ours then inserts nothing) or to
+   roll back (ours then inserts).
 2. Inserted: K is ours. Run the view and store its response (status, body
-   bytes, Content-Type, Location) on the claim. Commit: the effects, the
-   claim and the response become visible together, or not at all.
+   bytes, Content-Type, Location) on the claim, sent with the ``COMMIT``:
+   the effects, the claim and the response become visible together, or not
+   at all.
 3. Not inserted: read K's record. With the same F, replay its stored bytes;
    with another F, answer a conflict. Nothing executes; the claim attempt
    wrote nothing and locked nothing.
@@ -53,6 +55,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import JSONField, UniqueConstraint
 from django.http import HttpResponse
 from django.utils import timezone
+from psycopg import pq
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -216,13 +219,15 @@ def run_command(
     :raises IdempotencyKeyConflict: the key was used for another request.
     :raises IdempotencyKeyInProgress: the key's first request is still running.
     """
+    # Only the outermost block's end is a COMMIT, which the store may carry.
+    outermost = not connections[DEFAULT_DB_ALIAS].in_atomic_block
     try:
         with transaction.atomic():
             found = _claim_or_find(command)
             if isinstance(found, IdempotencyKey):
                 return _replay(command, found, on_replay), Outcome.REPLAYED
             answer = _execute(execute)
-            _store(found, answer)
+            _store(found, answer, commits=outermost)
         return answer.response(), Outcome.EXECUTED
     except _CommandFailed as failed:
         # The command's effects rolled back, and the claim with them: the
@@ -318,8 +323,9 @@ def _claim(command: Command, answer: _Answer | None) -> int | None:
     savepoint.
 
     On PostgreSQL the same statement first bounds this transaction's waits
-    (:func:`_claim_sql`), so they hold for the claim's own wait: one round
-    trip instead of two.
+    (:func:`_claim_sql`), so they hold for the claim's own wait, and it
+    carries the transaction's ``BEGIN`` (:func:`_send`): one round trip
+    instead of three.
     """
     now = timezone.now()
     db = connections[DEFAULT_DB_ALIAS]
@@ -343,9 +349,7 @@ def _claim(command: Command, answer: _Answer | None) -> int | None:
     )
     sql = _claim_sql(db.vendor, *_wait_bounds(db.vendor))
     try:
-        with db.cursor() as cursor:
-            cursor.execute(sql, values)
-            row = cursor.fetchone()
+        row = _send(db, sql, values)
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
             raise IdempotencyKeyInProgress(
@@ -355,8 +359,12 @@ def _claim(command: Command, answer: _Answer | None) -> int | None:
     return None if row is None else int(row[0])
 
 
-def _store(claim_id: int, answer: _Answer) -> None:
-    """Put the answer on our claim: one UPDATE of the row the claim inserted, by its id."""
+def _store(claim_id: int, answer: _Answer, *, commits: bool) -> None:
+    """Put the answer on our claim: one UPDATE of the row the claim inserted, by its id.
+
+    ``commits``: the store is the last statement of the outermost
+    transaction, and sends its ``COMMIT`` (:func:`_send`).
+    """
     db = connections[DEFAULT_DB_ALIAS]
     values = _bound(
         db,
@@ -367,8 +375,63 @@ def _store(claim_id: int, answer: _Answer) -> None:
             "response_headers": answer.headers,
         },
     )
+    _send(db, _store_sql(db.vendor), [*values, claim_id], commits=commits)
+
+
+def _send(
+    db: BaseDatabaseWrapper, sql: str, values: list[Any], *, commits: bool = False
+) -> tuple[Any, ...] | None:
+    """Execute one of the guard's statements, with its transaction's BEGIN or COMMIT.
+
+    Outside autocommit, psycopg sends ``BEGIN`` before the first statement
+    of a transaction, and ``atomic()`` sends ``COMMIT`` at the end of its
+    outermost block: a round trip each, besides the statements'. The claim
+    is the first statement of a command's transaction and the store its
+    last, so on PostgreSQL they send ``BEGIN; INSERT …`` and
+    ``UPDATE …; COMMIT``, each one query and one round trip: the guard adds
+    two statements to a first execution and no round trip of its own
+    (measured in docs/SCALING.md). Where a condition below does not hold,
+    the statement is sent alone and psycopg and Django do as usual.
+
+    - ``BEGIN`` goes with the statement when psycopg would send it next
+      (the transaction has not begun, at the default isolation level).
+      psycopg is then told to send statements as they come (autocommit):
+      inside the open transaction block that is all it would do, and
+      ``atomic()`` sets autocommit back on at the block's end anyway. The
+      block's ``COMMIT`` or ``ROLLBACK`` still ends the transaction.
+    - ``COMMIT`` goes with the store when the guard's block is the
+      outermost: nothing runs between the store and the block's end, so
+      ``atomic()`` then finds the transaction over and psycopg sends
+      nothing more. A ``COMMIT`` that fails (a serialization failure, a
+      deferred constraint) raises here, inside the block, and nothing is
+      stored. A transaction that a command marked for rollback never sends
+      it: Django refuses any statement in such a transaction.
+    """
+    begins = _begin_is_pending(db)
+    if begins:
+        db.connection.autocommit = True
+        sql = f"BEGIN; {sql}"
+    if commits and db.vendor == "postgresql":
+        sql = f"{sql}; COMMIT"
     with db.cursor() as cursor:
-        cursor.execute(_store_sql(db.vendor), [*values, claim_id])
+        cursor.execute(sql, values)
+        if begins:
+            cursor.nextset()  # from BEGIN's result to the statement's
+        return cursor.fetchone() if cursor.description is not None else None
+
+
+def _begin_is_pending(db: BaseDatabaseWrapper) -> bool:
+    """Whether psycopg would send a plain ``BEGIN``, a round trip of its own, before ours."""
+    if db.vendor != "postgresql":
+        return False
+    raw = db.connection
+    return (
+        not raw.autocommit
+        and raw.info.transaction_status == pq.TransactionStatus.IDLE
+        and raw.isolation_level is None
+        and raw.read_only is None
+        and raw.deferrable is None
+    )
 
 
 # The hot path's two statements are plain SQL, built once per backend (and

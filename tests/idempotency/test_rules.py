@@ -21,13 +21,15 @@ Each section is headed "Rule N — Name", as the rules are named:
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -250,6 +252,9 @@ def test_a_replay_returns_the_stored_response_and_executes_nothing(
     assert Order.objects.count() == 1
 
 
+# In a transaction of its own, as served: the rejection rolls the command
+# back, and a second transaction stores it.
+@pytest.mark.django_db(transaction=True)
 def test_a_business_rejection_is_stored_and_replayed(api: Api, order_body: dict[str, Any]) -> None:
     order_body["items"][0]["sku"] = "NOPE"
     first = api.post("/v1/orders", order_body, key="K")
@@ -313,6 +318,47 @@ def test_a_database_failure_stores_nothing_and_the_retry_executes_once(api: Api)
     assert replayed.content == retried.content
     assert replayed["Idempotent-Replayed"] == "true"
     assert Order.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_that_fails_stores_nothing_and_the_retry_executes_once(
+    api: Api, order_body: dict[str, Any]
+) -> None:
+    # The store sends the transaction's COMMIT: a failure there (here a
+    # deferred check, as a serialization failure would be) is the command's
+    # database failing, not an answer.
+    with commits_of_stored_answers_failing():
+        failed = api.post("/v1/orders", order_body, key="K")
+        assert IdempotencyKey.objects.count() == Order.objects.count() == 0
+
+    retried = api.post("/v1/orders", order_body, key="K")
+
+    assert failed.status_code == 503
+    assert problem(failed)["error"] == "ServiceUnavailable"
+    assert retried.status_code == 201
+    assert Order.objects.count() == 1
+
+
+@contextmanager
+def commits_of_stored_answers_failing() -> Iterator[None]:
+    """A deferred trigger that fails the COMMIT of every transaction that stores an answer."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION fail_the_commit() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'could not serialize access'"
+            " USING ERRCODE = 'serialization_failure'; END $$;"
+            " CREATE CONSTRAINT TRIGGER fail_the_commit"
+            " AFTER UPDATE ON idempotency_idempotencykey DEFERRABLE INITIALLY DEFERRED"
+            " FOR EACH ROW EXECUTE FUNCTION fail_the_commit()"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER fail_the_commit ON idempotency_idempotencykey;"
+                " DROP FUNCTION fail_the_commit()"
+            )
 
 
 # --- Rule 6 — Conflict -------------------------------------------------------

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # statement); read the catalog; insert the order; insert its lines; store
 # the response; COMMIT. No savepoint and nothing read back for the answer.
 CREATE_ORDER_QUERIES = 8
+
 # Authenticate; BEGIN; the claim, which finds the key and writes nothing;
 # read the stored answer; COMMIT.
 REPLAY_QUERIES = 5
@@ -26,10 +27,26 @@ def test_creating_an_order_costs_a_fixed_number_of_queries(
 ) -> None:
     order_body["items"] = [{"sku": "ABC", "qty": 1}, {"sku": "XYZ", "qty": 2}]
 
-    with django_assert_num_queries(CREATE_ORDER_QUERIES):
+    with django_assert_num_queries(CREATE_ORDER_QUERIES) as captured:
         response = api.post("/v1/orders", order_body, key="K")
 
     assert response.status_code == 201
+    assert_the_guard_costs_no_round_trip(captured.captured_queries)
+
+
+def assert_the_guard_costs_no_round_trip(queries: list[dict[str, str]]) -> None:
+    """The claim sends the transaction's BEGIN and the store its COMMIT.
+
+    Django logs its BEGIN and COMMIT apart (the second and the last query),
+    but sends nothing for them: a first execution's 8 queries are 6 round
+    trips, the command's own.
+    """
+    sent = [q["sql"] for q in queries]
+    assert (sent[1], sent[-1]) == ("BEGIN", "COMMIT")
+    claim, store = sent[2], sent[-2]
+    assert claim.startswith('BEGIN; INSERT INTO "idempotency_idempotencykey"')
+    assert store.startswith('UPDATE "idempotency_idempotencykey"')
+    assert store.endswith("; COMMIT")
 
 
 def test_a_replay_costs_five_queries_and_writes_nothing(
@@ -79,8 +96,9 @@ def test_starting_a_payment_costs_a_fixed_number_of_queries(
     order = body_of(api.post("/v1/orders", order_body, key="o"))["order"]
     body = payment_body(order)
 
-    with django_assert_num_queries(START_PAYMENT_QUERIES):
+    with django_assert_num_queries(START_PAYMENT_QUERIES) as captured:
         first = api.post("/v1/payments", body, key="p")
+    assert_the_guard_costs_no_round_trip(captured.captured_queries)
     with django_assert_num_queries(ASYNC_REPLAY_QUERIES):
         replay = api.post("/v1/payments", body, key="p")
 
