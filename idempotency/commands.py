@@ -314,15 +314,15 @@ def _claim_or_find(command: Command, *, answer: _Answer | None = None) -> int | 
 def _claim(command: Command, answer: _Answer | None) -> int | None:
     """INSERT the key unless it exists: the new row's id if this transaction now holds it.
 
-    One statement, ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: the
-    unique index arbitrates. If another transaction holds the key
+    ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: the unique index
+    arbitrates. If another transaction holds the key
     uncommitted, the INSERT waits for it, at most ``IDEMPOTENCY_WAIT``: if
     it commits, ours inserts nothing (and the caller reads its answer); if
     it rolls back, ours inserts. A key that exists costs no write and no
     lock, and a conflict raises nothing, so the transaction goes on with no
     savepoint.
 
-    On PostgreSQL the same statement first bounds this transaction's waits
+    On PostgreSQL the same query first bounds this transaction's waits
     (:func:`_claim_sql`), so they hold for the claim's own wait, and it
     carries the transaction's ``BEGIN`` (:func:`_send`): one round trip
     instead of three.
@@ -415,8 +415,10 @@ def _send(
         sql = f"{sql}; COMMIT"
     with db.cursor() as cursor:
         cursor.execute(sql, values)
-        if begins:
-            cursor.nextset()  # from BEGIN's result to the statement's
+        if db.vendor == "postgresql":
+            # To the last result: the claim's row, past BEGIN and the wait bounds.
+            while cursor.nextset():
+                pass
         return cursor.fetchone() if cursor.description is not None else None
 
 
@@ -479,17 +481,13 @@ def _claim_sql(vendor: str, *wait_bounds: str) -> str:
     arbiter = ", ".join(quote(_FIELDS[name].column) for name in _unique_fields())
     columns = ", ".join(quote(f.column) for f in _FIELDS.values())
     placeholders = ", ".join(_placeholder(vendor, name) for name in _FIELDS)
-    # On PostgreSQL the row comes out of the query that sets the wait bounds:
-    # they are set before the row is inserted, so they bound the claim's own
-    # wait.
-    source = (
-        f"SELECT {placeholders} FROM ({_WAIT_BOUNDS % wait_bounds}) AS bounds"  # noqa: S608
-        if vendor == "postgresql"
-        else f"VALUES ({placeholders})"
-    )
+    # On PostgreSQL the wait bounds are set in the same query, before the
+    # row is inserted, so they bound the claim's own wait.
+    bounds = _WAIT_BOUNDS % wait_bounds if vendor == "postgresql" else ""
     return (
-        f"INSERT INTO {quote(IdempotencyKey._meta.db_table)} ({columns}) {source}"
-        f" ON CONFLICT ({arbiter}) DO NOTHING RETURNING {quote(IdempotencyKey._meta.pk.column)}"
+        f"{bounds}INSERT INTO {quote(IdempotencyKey._meta.db_table)} ({columns})"  # noqa: S608
+        f" VALUES ({placeholders}) ON CONFLICT ({arbiter}) DO NOTHING"
+        f" RETURNING {quote(IdempotencyKey._meta.pk.column)}"
     )
 
 
@@ -510,16 +508,19 @@ def _store_sql(vendor: str) -> str:
 # after ``IDEMPOTENCY_WAIT``; ``statement_timeout`` and
 # ``idle_in_transaction_session_timeout`` make PostgreSQL end a command that
 # hangs with its claim for longer than ``IDEMPOTENCY_LOCK_TIMEOUT``. All
-# three are transaction-local (``set_config(…, true)``): they end with the
+# three are transaction-local (``SET LOCAL``): they end with the
 # transaction, and hold behind a transaction-pooling PgBouncer. SQLite has
 # no equivalents: there the connection's busy timeout bounds the wait for
 # its one writer. The values are the server's own settings, in whole
-# milliseconds, written into the statement (one per set of values, cached)
-# rather than bound: three parameters fewer to adapt on every claim.
+# milliseconds, written into the query (one per set of values, cached)
+# rather than bound: three parameters fewer to adapt on every claim. They
+# are statements of their own in the claim's query: an INSERT fed by a
+# subquery that called ``set_config()`` cost PostgreSQL 0.1 ms more a
+# claim than these and a plain ``INSERT … VALUES`` (docs/SCALING.md).
 _WAIT_BOUNDS = (
-    "SELECT set_config('lock_timeout', '%s', true),"
-    " set_config('statement_timeout', '%s', true),"
-    " set_config('idle_in_transaction_session_timeout', '%s', true)"
+    "SET LOCAL lock_timeout = '%s';"
+    " SET LOCAL statement_timeout = '%s';"
+    " SET LOCAL idle_in_transaction_session_timeout = '%s'; "
 )
 
 

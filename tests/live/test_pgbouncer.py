@@ -10,7 +10,7 @@ worker must hold as they do without it, and the pooler must really have
 pooled: more clients than servers, and never more servers than its pool.
 
 Why the service needs nothing more: its transactions carry all their state
-(``set_config(…, true)`` is transaction-local; the key's claim is a row
+(``SET LOCAL`` is transaction-local; the key's claim is a row
 lock held by the transaction), and Django's psycopg cursors bind
 parameters on the client, so no prepared statement outlives a
 transaction. The administration commands run through the pooler too

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Authenticate; BEGIN; claim the key (bounding the waits in the same
 # statement); read the catalog; insert the order; insert its lines; store
 # the response; COMMIT. No savepoint and nothing read back for the answer.
+# The claim sends the BEGIN and the store the COMMIT: 6 round trips.
 CREATE_ORDER_QUERIES = 8
-
 # Authenticate; BEGIN; the claim, which finds the key and writes nothing;
 # read the stored answer; COMMIT.
 REPLAY_QUERIES = 5
@@ -44,7 +44,8 @@ def assert_the_guard_costs_no_round_trip(queries: list[dict[str, str]]) -> None:
     sent = [q["sql"] for q in queries]
     assert (sent[1], sent[-1]) == ("BEGIN", "COMMIT")
     claim, store = sent[2], sent[-2]
-    assert claim.startswith('BEGIN; INSERT INTO "idempotency_idempotencykey"')
+    assert claim.startswith("BEGIN; SET LOCAL lock_timeout")
+    assert 'INSERT INTO "idempotency_idempotencykey"' in claim
     assert store.startswith('UPDATE "idempotency_idempotencykey"')
     assert store.endswith("; COMMIT")
 
@@ -60,6 +61,8 @@ def test_a_replay_costs_five_queries_and_writes_nothing(
 
     assert response["Idempotent-Replayed"] == "true"
     assert not any(q["sql"].startswith(("UPDATE", "DELETE")) for q in captured.captured_queries)
+    # 4 round trips: the claim, which finds the key, carries the BEGIN.
+    assert captured.captured_queries[2]["sql"].startswith("BEGIN; SET LOCAL lock_timeout")
     # The same row version, and no row lock taken on it (a lock sets xmax).
     assert _key_row_versions() == before
     assert [xmax for _, xmax in before] == ["0"]
