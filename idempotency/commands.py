@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar, cast
 
+import psycopg
 import structlog
 from django.db import (
     DEFAULT_DB_ALIAS,
@@ -407,26 +408,23 @@ def _send(
       stored. A transaction that a command marked for rollback never sends
       it: Django refuses any statement in such a transaction.
     """
-    begins = _begin_is_pending(db)
-    if begins:
+    postgresql = db.vendor == "postgresql"
+    if postgresql and _begin_is_pending(db.connection):
         db.connection.autocommit = True
         sql = f"BEGIN; {sql}"
-    if commits and db.vendor == "postgresql":
+    if postgresql and commits:
         sql = f"{sql}; COMMIT"
     with db.cursor() as cursor:
         cursor.execute(sql, values)
-        if db.vendor == "postgresql":
+        if postgresql:
             # To the last result: the claim's row, past BEGIN and the wait bounds.
             while cursor.nextset():
                 pass
         return cursor.fetchone() if cursor.description is not None else None
 
 
-def _begin_is_pending(db: BaseDatabaseWrapper) -> bool:
+def _begin_is_pending(raw: psycopg.Connection[Any]) -> bool:
     """Whether psycopg would send a plain ``BEGIN``, a round trip of its own, before ours."""
-    if db.vendor != "postgresql":
-        return False
-    raw = db.connection
     return (
         not raw.autocommit
         and raw.info.transaction_status == pq.TransactionStatus.IDLE

@@ -13,7 +13,7 @@ from tests.support.http import Api, body_of, payment_body
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Authenticate; BEGIN; claim the key (bounding the waits in the same
-# statement); read the catalog; insert the order; insert its lines; store
+# query); read the catalog; insert the order; insert its lines; store
 # the response; COMMIT. No savepoint and nothing read back for the answer.
 # The claim sends the BEGIN and the store the COMMIT: 6 round trips.
 CREATE_ORDER_QUERIES = 8
