@@ -1,6 +1,8 @@
 """Admin for idempotency keys: what each command was asked and what it answered."""
 
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils.html import format_html
 
 from accounts.admin import ReadOnlyAdminMixin
@@ -31,7 +33,7 @@ class IdempotencyKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "expires_at",
     )
-    list_select_related = ("principal__tenant",)
+    list_select_related = ("principal__tenant", "answer")
     # Exact: the key is pasted whole, and a substring search would scan the
     # table. No list_filter: on plain columns it reads every distinct value.
     search_fields = ("key__exact",)
@@ -59,10 +61,22 @@ class IdempotencyKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
     readonly_fields = fields
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[IdempotencyKey]:
+        # The answer is a row of its own (StoredAnswer): read with its key.
+        return super().get_queryset(request).select_related("answer")
+
+    @admin.display(description="Response status")
+    def response_status(self, obj: IdempotencyKey) -> int:
+        return obj.answer.status
+
+    @admin.display(description="Response headers")
+    def response_headers(self, obj: IdempotencyKey) -> dict[str, str]:
+        return obj.answer.headers
+
     @admin.display(description="Response body")
     def response_body_text(self, obj: IdempotencyKey) -> str:
         """The stored body as text, cut at ``RESPONSE_BODY_PREVIEW_BYTES``."""
-        body = bytes(obj.response_body)
+        body = bytes(obj.answer.body)
         # errors="replace": a cut may split a UTF-8 sequence, and a body need
         # not be text at all; the page must render either way.
         text = body[:RESPONSE_BODY_PREVIEW_BYTES].decode("utf-8", errors="replace")

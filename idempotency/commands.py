@@ -13,17 +13,17 @@ transaction:
    request holds K uncommitted, the INSERT waits (at most
    ``IDEMPOTENCY_WAIT``) for it to commit (ours then inserts nothing) or to
    roll back (ours then inserts).
-2. Inserted: K is ours. Run the view and store its response (status, body
-   bytes, Content-Type, Location) on the claim, sent with the ``COMMIT``:
-   the effects, the claim and the response become visible together, or not
-   at all.
+2. Inserted: K is ours. Run the view and insert its answer (status, body
+   bytes, Content-Type, Location) beside the claim, sent with the
+   ``COMMIT``: the effects, the claim and the answer become visible
+   together, or not at all. Neither row is ever updated.
 3. Not inserted: read K's record. With the same F, replay its stored bytes;
    with another F, answer a conflict. Nothing executes; the claim attempt
    wrote nothing and locked nothing.
 
 A command that fails in its own code is a final answer like any other: its
 transaction rolls back (its effects and the claim with them), and a second
-transaction claims K with the error response already in the row. Were
+transaction claims K and stores the error response. Were
 another copy to claim K between the two, its answer would be K's, and ours
 would be replayed from it. This failure path is rare; the path that is not,
 a successful first execution, costs no savepoint.
@@ -37,10 +37,10 @@ import functools
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import psycopg
 import structlog
@@ -53,7 +53,7 @@ from django.db import (
     transaction,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import JSONField, UniqueConstraint
+from django.db.models import Field, JSONField, Model, UniqueConstraint
 from django.http import HttpResponse
 from django.utils import timezone
 from psycopg import pq
@@ -74,7 +74,7 @@ from idempotency.errors import (
 from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched_pointers
 from idempotency.headers import HEADER, parse_idempotency_key
 from idempotency.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
-from idempotency.models import IdempotencyKey
+from idempotency.models import IdempotencyKey, StoredAnswer
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Headers of a command's response that are part of its answer and replayed
@@ -235,11 +235,12 @@ def run_command(
         # failure is stored in a transaction of its own.
         answer = _Answer.of(render_exception(failed.__cause__ or failed))
     with transaction.atomic():
-        found = _claim_or_find(command, answer=answer)
+        found = _claim_or_find(command)
         if isinstance(found, IdempotencyKey):
             # Another copy claimed the key between the two transactions and
             # executed it: its answer is the key's.
             return _replay(command, found, on_replay), Outcome.REPLAYED
+        _store(found, answer, commits=outermost)
     return answer.response(), Outcome.EXECUTED
 
 
@@ -296,10 +297,10 @@ def _execute(execute: Callable[[], HttpResponse]) -> _Answer:
 _ROUNDS = 3
 
 
-def _claim_or_find(command: Command, *, answer: _Answer | None = None) -> int | IdempotencyKey:
+def _claim_or_find(command: Command) -> int | IdempotencyKey:
     """Claim the key (the id of our new row), or find the completed record that holds it."""
     for _ in range(_ROUNDS):
-        claimed = _claim(command, answer)
+        claimed = _claim(command)
         if claimed is not None:
             return claimed
         record = _lookup(command)
@@ -312,7 +313,7 @@ def _claim_or_find(command: Command, *, answer: _Answer | None = None) -> int | 
     raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
 
 
-def _claim(command: Command, answer: _Answer | None) -> int | None:
+def _claim(command: Command) -> int | None:
     """INSERT the key unless it exists: the new row's id if this transaction now holds it.
 
     ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: the unique index
@@ -341,9 +342,6 @@ def _claim(command: Command, answer: _Answer | None) -> int | None:
             "request_path": command.path,
             "fingerprint": command.fingerprint.digest,
             "field_digests": command.fingerprint.field_digests,
-            "response_status": answer.status if answer else None,
-            "response_body": answer.body if answer else b"",
-            "response_headers": answer.headers if answer else {},
             "created_at": now,
             "expires_at": now + policy.key_ttl(),
         },
@@ -361,7 +359,11 @@ def _claim(command: Command, answer: _Answer | None) -> int | None:
 
 
 def _store(claim_id: int, answer: _Answer, *, commits: bool) -> None:
-    """Put the answer on our claim: one UPDATE of the row the claim inserted, by its id.
+    """Insert the answer beside our claim, keyed by the claim's id.
+
+    An INSERT rather than an UPDATE of the claim's row: a narrow row of its
+    own costs PostgreSQL less than a second version of the key's whole row
+    (docs/SCALING.md), and leaves no dead row behind.
 
     ``commits``: the store is the last statement of the outermost
     transaction, and sends its ``COMMIT`` (:func:`_send`).
@@ -370,13 +372,9 @@ def _store(claim_id: int, answer: _Answer, *, commits: bool) -> None:
     values = _bound(
         db,
         _ANSWER_FIELDS,
-        {
-            "response_status": answer.status,
-            "response_body": answer.body,
-            "response_headers": answer.headers,
-        },
+        {"key": claim_id, "status": answer.status, "body": answer.body, "headers": answer.headers},
     )
-    _send(db, _store_sql(db.vendor), [*values, claim_id], commits=commits)
+    _send(db, _store_sql(db.vendor), values, commits=commits)
 
 
 def _send(
@@ -435,21 +433,18 @@ def _begin_is_pending(raw: psycopg.Connection[Any]) -> bool:
 
 
 # The hot path's two statements are plain SQL, built once per backend (and
-# per set of wait bounds) from the model's own names, not the ORM's
-# ``create()`` and ``update()``, which would build a model instance and
-# compile the same statement anew for every command. Only names from the
-# model and the server's own settings are formatted in; every value a
-# request carries is bound.
+# per set of wait bounds) from the models' own names, not the ORM's
+# ``create()``, which would build a model instance and compile the same
+# statement anew for every command. Only names from the models and the
+# server's own settings are formatted in; every value a request carries is
+# bound. Each mapping lists its model's columns in the order the statement
+# names them.
 _FIELDS = {f.name: f for f in IdempotencyKey._meta.concrete_fields if not f.primary_key}
-_JSON_FIELDS = frozenset(name for name, f in _FIELDS.items() if isinstance(f, JSONField))
-# What the store writes on the claim, in the order its statement names them.
-_ANSWER_FIELDS = ("response_status", "response_body", "response_headers")
+_ANSWER_FIELDS = {f.name: f for f in StoredAnswer._meta.concrete_fields}
 
 
-def _bound(db: BaseDatabaseWrapper, names: Iterable[str], row: dict[str, Any]) -> list[Any]:
-    """The values of ``row`` (field name → value) as the backend takes them, in ``names``' order.
-
-    ``names`` is the order the statement lists its columns in.
+def _bound(db: BaseDatabaseWrapper, fields: Mapping[str, Field], row: dict[str, Any]) -> list[Any]:
+    """The values of ``row`` (field name → value) as the backend takes them, in ``fields``' order.
 
     psycopg adapts integers, strings, bytes and aware datetimes as they
     are, and a JSON value travels as its text, cast to ``jsonb`` in the
@@ -458,12 +453,22 @@ def _bound(db: BaseDatabaseWrapper, names: Iterable[str], row: dict[str, Any]) -
     its model field prepares it.
     """
     if db.vendor == "postgresql":
-        return [json.dumps(row[name]) if name in _JSON_FIELDS else row[name] for name in names]
-    return [_FIELDS[name].get_db_prep_save(row[name], db) for name in names]
+        return [
+            json.dumps(row[name]) if isinstance(field, JSONField) else row[name]
+            for name, field in fields.items()
+        ]
+    return [field.get_db_prep_save(row[name], db) for name, field in fields.items()]
 
 
-def _placeholder(vendor: str, name: str) -> str:
-    return "%s::jsonb" if vendor == "postgresql" and name in _JSON_FIELDS else "%s"
+def _insert_sql(vendor: str, model: type[Model], fields: Mapping[str, Field]) -> str:
+    """``INSERT INTO <model's table> (<fields>) VALUES (<a placeholder each>)``."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields.values())
+    placeholders = ", ".join(
+        "%s::jsonb" if vendor == "postgresql" and isinstance(f, JSONField) else "%s"
+        for f in fields.values()
+    )
+    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
 
 
 def _unique_fields() -> list[str]:
@@ -477,28 +482,19 @@ def _unique_fields() -> list[str]:
 def _claim_sql(vendor: str, *wait_bounds: str) -> str:
     quote = connection.ops.quote_name
     arbiter = ", ".join(quote(_FIELDS[name].column) for name in _unique_fields())
-    columns = ", ".join(quote(f.column) for f in _FIELDS.values())
-    placeholders = ", ".join(_placeholder(vendor, name) for name in _FIELDS)
     # On PostgreSQL the wait bounds are set in the same query, before the
     # row is inserted, so they bound the claim's own wait.
     bounds = _WAIT_BOUNDS % wait_bounds if vendor == "postgresql" else ""
     return (
-        f"{bounds}INSERT INTO {quote(IdempotencyKey._meta.db_table)} ({columns})"  # noqa: S608
-        f" VALUES ({placeholders}) ON CONFLICT ({arbiter}) DO NOTHING"
+        f"{bounds}{_insert_sql(vendor, IdempotencyKey, _FIELDS)}"
+        f" ON CONFLICT ({arbiter}) DO NOTHING"
         f" RETURNING {quote(IdempotencyKey._meta.pk.column)}"
     )
 
 
 @functools.cache
 def _store_sql(vendor: str) -> str:
-    quote = connection.ops.quote_name
-    assignments = ", ".join(
-        f"{quote(_FIELDS[name].column)} = {_placeholder(vendor, name)}" for name in _ANSWER_FIELDS
-    )
-    return (
-        f"UPDATE {quote(IdempotencyKey._meta.db_table)} SET {assignments}"  # noqa: S608
-        f" WHERE {quote(IdempotencyKey._meta.pk.column)} = %s"
-    )
+    return _insert_sql(vendor, StoredAnswer, _ANSWER_FIELDS)
 
 
 # Bounds on how long this transaction waits for locks and may hold them.
@@ -534,13 +530,24 @@ def _wait_bounds(vendor: str) -> tuple[str, ...]:
 
 
 def _lookup(command: Command) -> IdempotencyKey | None:
-    return IdempotencyKey.objects.filter(
-        tenant_id=command.principal.tenant_id, principal=command.principal, key=command.key
-    ).first()
+    """The key's committed record, with its answer: one indexed read, no lock."""
+    return (
+        IdempotencyKey.objects.select_related("answer")
+        .filter(
+            principal=command.principal,
+            tenant_id=command.principal.tenant_id,
+            key=command.key,
+            # Every committed key has its answer (one transaction writes
+            # both); this says so rather than trusts it.
+            answer__isnull=False,
+        )
+        .first()
+    )
 
 
 def _forget(record: IdempotencyKey) -> None:
-    # Conditional on expiry, so a key claimed anew meanwhile is kept.
+    # Conditional on expiry, so a key claimed anew meanwhile is kept; its
+    # answer goes with it (CASCADE).
     IdempotencyKey.objects.filter(pk=record.pk, expires_at__lte=timezone.now()).delete()
 
 
@@ -566,11 +573,9 @@ def _conflict(command: Command, record: IdempotencyKey) -> IdempotencyKeyConflic
 
 
 def _response_from(record: IdempotencyKey, on_replay: ReplayHook | None) -> HttpResponse:
+    stored = record.answer
     response = _Answer(
-        # Null only inside the claiming transaction, which no reader ever sees.
-        status=cast(int, record.response_status),
-        body=bytes(record.response_body),
-        headers=record.response_headers,
+        status=stored.status, body=bytes(stored.body), headers=stored.headers
     ).response()
     response[REPLAYED_HEADER] = "true"
     if on_replay is not None:

@@ -64,7 +64,7 @@ from idempotency.errors import (
     NoSuchIdempotencyKey,
 )
 from idempotency.headers import KEY_PATTERN
-from idempotency.models import IdempotencyKey
+from idempotency.models import IdempotencyKey, StoredAnswer
 from idempotency.serializers import IdempotencyKeyOutput
 
 _EXAMPLE_KEY = "7f2c6d8e-1b4a-4c1e-9f3a-2d5e8b7c9a01"
@@ -423,11 +423,13 @@ def _lookup_example(
         key=key,
         request_method="POST",
         request_path=path,
-        response_status=status,
-        response_body=json.dumps({"links": links} if links else {}).encode(),
-        response_headers={"Location": location} if location else {},
         created_at=_LOOKUP_TIME,
         expires_at=_LOOKUP_TIME + policy.key_ttl(),
+    )
+    record.answer = StoredAnswer(
+        status=status,
+        body=json.dumps({"links": links} if links else {}).encode(),
+        headers={"Location": location} if location else {},
     )
     return OpenApiExample(
         name, summary=summary, value=IdempotencyKeyOutput(record).data, response_only=True

@@ -13,11 +13,11 @@ _SHOWN = (
     "key",
     "request_method",
     "request_path",
-    "response_status",
-    "response_body",
-    "response_headers",
     "created_at",
     "expires_at",
+    "answer__status",
+    "answer__body",
+    "answer__headers",
 )
 
 
@@ -39,14 +39,15 @@ def get_idempotency_key(*, principal: Principal, key: str) -> IdempotencyKey:
     if not KEY_PATTERN.fullmatch(key):
         raise NoSuchIdempotencyKey()
     record = (
-        IdempotencyKey.objects.filter(
+        IdempotencyKey.objects.select_related("answer")
+        .filter(
             # Principal first: the claim's unique index leads with it.
             principal=principal,
             tenant_id=principal.tenant_id,
             key=key,
             expires_at__gt=timezone.now(),
-            # Every committed row has its answer; this says so, not trusts it.
-            response_status__isnull=False,
+            # Every committed key has its answer; this says so, not trusts it.
+            answer__isnull=False,
         )
         .only(*_SHOWN)
         .first()

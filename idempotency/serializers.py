@@ -44,10 +44,10 @@ def answer_links(record: IdempotencyKey) -> dict[str, str | None]:
     leads nowhere: ``location`` and ``result`` are ``None``.
     """
     links: dict[str, str | None] = {
-        "location": record.response_headers.get("Location"),
+        "location": record.answer.headers.get("Location"),
         "result": None,
     }
-    for name, value in _body_links(bytes(record.response_body)).items():
+    for name, value in _body_links(bytes(record.answer.body)).items():
         if name == "self":
             links["result"] = value
         elif name not in _OWN_LINKS:
@@ -104,7 +104,7 @@ class IdempotencyKeyOutput(serializers.Serializer):
         source="request_path", help_text="The path of the key's first request, `/v1/…`."
     )
     status = serializers.IntegerField(
-        source="response_status",
+        source="answer.status",
         help_text=(
             "The HTTP status the key's first request was answered with, which every retry "
             "of that request gets until `expiresAt`: a success or a final failure (`400`, "

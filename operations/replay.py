@@ -16,7 +16,7 @@ def with_current_status(record: IdempotencyKey, response: HttpResponse) -> HttpR
     ids and links stay as stored, and a retrying client sees progress.
     Retry-After is kept only while the operation is processing.
     """
-    if record.response_status != 202:
+    if record.answer.status != 202:
         return response
     body = json.loads(response.content)
     status = (

@@ -16,7 +16,7 @@ from pytest_django import Settings
 
 from accounts.models import ApiToken, Principal, Tenant
 from idempotency.admin import RESPONSE_BODY_PREVIEW_BYTES
-from idempotency.models import IdempotencyKey
+from idempotency.models import IdempotencyKey, StoredAnswer
 from operations.models import Operation
 from orders.models import Order, Payment, Product
 from provider.models import Attempt, LedgerEntry
@@ -230,7 +230,7 @@ def test_the_idempotency_key_page_shows_the_stored_response_as_text(
 
 def test_a_long_stored_response_is_cut_on_the_page(admin_client: Client, records: Records) -> None:
     body = b'"' + b"x" * (3 * RESPONSE_BODY_PREVIEW_BYTES) + b'"'
-    IdempotencyKey.objects.filter(pk=records.key.pk).update(response_body=body)
+    StoredAnswer.objects.filter(key=records.key).update(body=body)
 
     response = admin_client.get(change_page(records.key))
 

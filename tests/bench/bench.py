@@ -165,7 +165,10 @@ class Bench:
                 f"  {label:46s} {cost.python_ms:6.2f} ms {cost.postgres_ms:8.2f} ms"
                 f" {cost.wrk_ms:6.2f} {cost.wal_bytes:6.0f} B"
             )
-        print(f"  a stored key takes {costs['guarded'].key_row_bytes:.0f} bytes, indexes included")
+        print(
+            f"  a stored key takes {costs['guarded'].key_row_bytes:.0f} bytes with its answer,"
+            " indexes included"
+        )
         print("payment (pm_card_ok), 202 to succeeded, 20 payments:")
         print(f"  median {statistics.median(to_succeeded):7.1f} ms")
         print(f"  max    {max(to_succeeded):7.1f} ms")
@@ -261,7 +264,8 @@ class Bench:
             wal = _scalar(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal_before])
             key_row = _scalar(
                 conn,
-                "SELECT pg_total_relation_size('idempotency_idempotencykey')"
+                "SELECT (pg_total_relation_size('idempotency_idempotencykey')"
+                " + pg_total_relation_size('idempotency_storedanswer'))"
                 " / greatest(count(*), 1) FROM idempotency_idempotencykey",
             )
         n = result.requests

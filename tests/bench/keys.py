@@ -174,8 +174,9 @@ def prepare(target: Target) -> str:
             [PRINCIPALS],
         )
         size = conn.execute(
-            "SELECT length(response_body), length(field_digests::text)"
-            " FROM idempotency_idempotencykey WHERE key = %s",
+            "SELECT length(a.body), length(k.field_digests::text)"
+            " FROM idempotency_idempotencykey k"
+            " JOIN idempotency_storedanswer a ON a.key_id = k.id WHERE k.key = %s",
             [key],
         ).fetchone()
     assert size is not None
@@ -183,25 +184,31 @@ def prepare(target: Target) -> str:
     return key
 
 
-# Copies of the template row (the replayed key's) under random keys, spread
-# over the tenant's principals. Row g of the fill was created at
-# origin + g * step, so rows lie in the table in the order of their expiry,
-# as rows that a service inserted over a day do.
+# Copies of the template row (the replayed key's) and its answer under
+# random keys, spread over the tenant's principals. Row g of the fill was
+# created at origin + g * step, so rows lie in the table in the order of
+# their expiry, as rows that a service inserted over a day do.
 _FILL = """
 WITH template AS (
-    SELECT * FROM idempotency_idempotencykey WHERE key = %(template)s
+    SELECT k.*, a.status, a.body, a.headers
+    FROM idempotency_idempotencykey k
+    JOIN idempotency_storedanswer a ON a.key_id = k.id
+    WHERE k.key = %(template)s
 ), principals AS (
     SELECT array_agg(id ORDER BY id) AS ids FROM accounts_principal
     WHERE tenant_id = (SELECT tenant_id FROM template)
+), keys AS (
+    INSERT INTO idempotency_idempotencykey
+        (tenant_id, principal_id, key, request_method, request_path, fingerprint,
+         field_digests, created_at, expires_at)
+    SELECT t.tenant_id, p.ids[1 + g %% array_length(p.ids, 1)], gen_random_uuid()::text,
+           t.request_method, t.request_path, encode(sha256(g::text::bytea), 'hex'),
+           t.field_digests, %(origin)s + g * %(step)s, %(origin)s + g * %(step)s + %(ttl)s
+    FROM template t, principals p, generate_series(%(first)s::bigint, %(last)s::bigint) g
+    RETURNING id
 )
-INSERT INTO idempotency_idempotencykey
-    (tenant_id, principal_id, key, request_method, request_path, fingerprint,
-     field_digests, response_status, response_body, response_headers, created_at, expires_at)
-SELECT t.tenant_id, p.ids[1 + g %% array_length(p.ids, 1)], gen_random_uuid()::text,
-       t.request_method, t.request_path, encode(sha256(g::text::bytea), 'hex'),
-       t.field_digests, t.response_status, t.response_body, t.response_headers,
-       %(origin)s + g * %(step)s, %(origin)s + g * %(step)s + %(ttl)s
-FROM template t, principals p, generate_series(%(first)s::bigint, %(last)s::bigint) g
+INSERT INTO idempotency_storedanswer (key_id, status, body, headers)
+SELECT keys.id, t.status, t.body, t.headers FROM keys, template t
 """
 
 
@@ -222,7 +229,7 @@ def _fill(target: Target, *, first: int, last: int, origin: str, span: timedelta
         )
         # As autovacuum would have, on a table that grew over a day: the
         # planner's statistics and the visibility map are up to date.
-        conn.execute("VACUUM (ANALYZE) idempotency_idempotencykey")
+        conn.execute("VACUUM (ANALYZE) idempotency_idempotencykey, idempotency_storedanswer")
         # And the fill's gigabyte written out now, not by the checkpointer
         # while wrk measures.
         conn.execute("CHECKPOINT")
@@ -256,40 +263,48 @@ def fill_live_keys(target: Target, *, upto: int) -> float:
 
 @dataclass(frozen=True)
 class StatementCost:
-    """The key table's own share of a claim and of a replay, timed at the database (µs)."""
+    """The key tables' share of a first execution and of a replay, timed at the database (µs)."""
 
     claim_us: float
     replay_us: float
 
 
 def statement_costs(target: Target, key: str, *, n: int = 500) -> StatementCost:
-    """Medians of ``n`` claim INSERTs of new keys and ``n`` replay SELECTs of ``key``.
+    """Medians of ``n`` first executions' writes of new keys and ``n`` replay SELECTs of ``key``.
 
     The same statements as the service's (parameters bound in the client,
     as Django does), from this process, without HTTP, gunicorn or the rest
-    of the command: what the table's size can change, told apart from what
-    a busy machine does to the service's figures. The INSERTs share one
-    transaction, so that no commit's WAL flush hides their cost.
+    of the command: what the tables' size can change, told apart from what
+    a busy machine does to the service's figures. A first execution writes
+    two rows, the claim's key and the stored answer, timed together. The
+    INSERTs share one transaction, so that no commit's WAL flush hides
+    their cost.
     """
     with psycopg.connect(target.database_url, prepare_threshold=None) as conn:
         template = conn.execute(
-            "SELECT tenant_id, principal_id, request_method, request_path, fingerprint,"
-            " field_digests::text, response_status, response_body, response_headers::text"
-            " FROM idempotency_idempotencykey WHERE key = %s",
+            "SELECT k.tenant_id, k.principal_id, k.request_method, k.request_path,"
+            " k.fingerprint, k.field_digests::text, a.status, a.body, a.headers::text"
+            " FROM idempotency_idempotencykey k"
+            " JOIN idempotency_storedanswer a ON a.key_id = k.id WHERE k.key = %s",
             [key],
         ).fetchone()
         assert template is not None
-        tenant, principal = template[0], template[1]
+        tenant, principal, *request, status, body, headers = template
         claims = []
         for _ in range(n):
             started = time.perf_counter()
-            conn.execute(
+            row = conn.execute(
                 "INSERT INTO idempotency_idempotencykey (tenant_id, principal_id, key,"
-                " request_method, request_path, fingerprint, field_digests, response_status,"
-                " response_body, response_headers, created_at, expires_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, now(),"
-                " now() + interval '24 hours')",
-                [tenant, principal, str(uuid.uuid4()), *template[2:]],
+                " request_method, request_path, fingerprint, field_digests, created_at,"
+                " expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, now(),"
+                " now() + interval '24 hours') RETURNING id",
+                [tenant, principal, str(uuid.uuid4()), *request],
+            ).fetchone()
+            assert row is not None
+            conn.execute(
+                "INSERT INTO idempotency_storedanswer (key_id, status, body, headers)"
+                " VALUES (%s, %s, %s, %s::jsonb)",
+                [row[0], status, body, headers],
             )
             claims.append(time.perf_counter() - started)
         conn.commit()
@@ -298,9 +313,11 @@ def statement_costs(target: Target, key: str, *, n: int = 500) -> StatementCost:
             started = time.perf_counter()
             conn.execute(
                 # The replay's look-up (commands.py), in a statement of its own.
-                "SELECT * FROM idempotency_idempotencykey"
-                " WHERE tenant_id = %s AND principal_id = %s AND key = %s ORDER BY id LIMIT 1",
-                [tenant, principal, key],
+                "SELECT * FROM idempotency_idempotencykey k"
+                " JOIN idempotency_storedanswer a ON a.key_id = k.id"
+                " WHERE k.principal_id = %s AND k.tenant_id = %s AND k.key = %s"
+                " ORDER BY k.id LIMIT 1",
+                [principal, tenant, key],
             ).fetchone()
             conn.commit()
             replays.append(time.perf_counter() - started)
@@ -317,7 +334,10 @@ def growth(target: Target, replay_key: str, *, seconds: float) -> None:
     """
     rows: list[tuple[wrk.Result, wrk.Result, StatementCost]] = []
     print(f"a. key table growth: wrk, 1 thread, {CONNECTIONS} connections, {seconds:g} s each;")
-    print("   INSERT and SELECT: the claim's and the replay's statements alone, median µs")
+    print(
+        "   INSERTs and SELECT: a first execution's two writes and the replay's read alone,"
+        " median µs"
+    )
     print(
         f"  {'keys':>9}  {'claim req/s':>11} {'p50 ms':>7} {'p99 ms':>7}"
         f"  {'replay req/s':>12} {'p50 ms':>7} {'p99 ms':>7}"

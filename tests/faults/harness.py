@@ -284,7 +284,8 @@ def audit(database_url: str, *, orders: Sequence[str], paid: Sequence[str] = ())
             "SELECT count(*) FROM operations_operation WHERE status = 'processing'"
         ).fetchone() or (0,)
         (unanswered,) = db.execute(
-            "SELECT count(*) FROM idempotency_idempotencykey WHERE response_status IS NULL"
+            "SELECT count(*) FROM idempotency_idempotencykey k WHERE NOT EXISTS"
+            " (SELECT 1 FROM idempotency_storedanswer a WHERE a.key_id = k.id)"
         ).fetchone() or (0,)
     duplicates = sum(n - 1 for n in per_customer.values()) + sum(n - 1 for n in charges.values())
     lost = sum(1 for c in orders if c not in per_customer) + sum(

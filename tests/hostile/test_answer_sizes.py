@@ -31,7 +31,7 @@ def test_an_error_names_a_few_unknown_members_and_counts_the_rest(api: Api) -> N
     ]
     assert details["nonFieldErrors"] == ["34995 more unknown fields, not listed."]
     assert len(response.content) < 2_000
-    assert bytes(IdempotencyKey.objects.get().response_body) == response.content
+    assert bytes(IdempotencyKey.objects.get().answer.body) == response.content
 
 
 def test_a_long_unknown_member_name_is_counted_not_repeated(api: Api) -> None:
@@ -52,7 +52,7 @@ def test_errors_in_every_line_of_the_largest_order_stay_within_the_stored_size(a
 
     assert response.status_code == 400
     assert len(response.content) <= MAX_STORED_RESPONSE_BYTES
-    assert IdempotencyKey.objects.get().response_status == 400
+    assert IdempotencyKey.objects.get().answer.status == 400
 
 
 @pytest.mark.urls("tests.support.probes")

@@ -73,7 +73,7 @@ def test_a_process_killed_between_claim_and_commit_leaves_no_stuck_key(
     assert retry.status_code == 201
     assert not retry.has_header("Idempotent-Replayed")
     assert Order.objects.count() == 1
-    assert IdempotencyKey.objects.get().response_status == 201
+    assert IdempotencyKey.objects.get().answer.status == 201
 
 
 @pytest.mark.urls("tests.support.probes")

@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
-from idempotency.models import IdempotencyKey
+from idempotency.models import IdempotencyKey, StoredAnswer
 from idempotency.serializers import answer_links
 from orders.models import Order
 from tests.support import probes
@@ -189,7 +189,8 @@ def test_links_are_read_from_the_stored_answer_alone(
 ) -> None:
     # The look-up's own names win over a stored link of the same name, and
     # only string links are shown, whatever a command may answer.
-    record = IdempotencyKey(key="K", response_body=body, response_headers=headers)
+    record = IdempotencyKey(key="K")
+    record.answer = StoredAnswer(status=201, body=body, headers=headers)
 
     assert answer_links(record) == links
 

@@ -35,7 +35,7 @@ from pytest_django import Settings
 
 from accounts.models import Principal
 from idempotency import services
-from idempotency.models import IdempotencyKey
+from idempotency.models import IdempotencyKey, StoredAnswer
 from idempotency.services import purge_expired_keys
 from tests.support.concurrency import backend_waiting_on_a_lock, run_concurrently, wait_until
 from tests.support.http import Api
@@ -59,18 +59,18 @@ def no_pause(settings: Settings) -> None:
 def make_key(principal: Principal, key: str, *, expires_in: timedelta) -> IdempotencyKey:
     """A completed key of ``principal`` expiring ``expires_in`` from now (negative: expired)."""
     expires_at = timezone.now() + expires_in
-    return IdempotencyKey.objects.create(
+    record = IdempotencyKey.objects.create(
         tenant_id=principal.tenant_id,
         principal=principal,
         key=key,
         request_method="POST",
         request_path="/v1/orders",
         fingerprint="0" * 64,
-        response_status=201,
-        response_body=b"{}",
         created_at=expires_at - TTL,
         expires_at=expires_at,
     )
+    StoredAnswer.objects.create(key=record, status=201, body=b"{}")
+    return record
 
 
 def keys() -> set[str]:
@@ -105,8 +105,8 @@ def reclaim(record: IdempotencyKey) -> IdempotencyKey:
     claim the key afresh: a new row, a new id, a new expiry.
     """
     now = timezone.now()
-    deleted, _ = IdempotencyKey.objects.filter(pk=record.pk, expires_at__lte=now).delete()
-    assert deleted == 1
+    _, deleted = IdempotencyKey.objects.filter(pk=record.pk, expires_at__lte=now).delete()
+    assert deleted == {"idempotency.IdempotencyKey": 1, "idempotency.StoredAnswer": 1}
     return IdempotencyKey.objects.create(
         tenant_id=record.tenant_id,
         principal_id=record.principal_id,
@@ -142,16 +142,20 @@ def test_the_purge_deletes_expired_keys_in_batches_of_one_statement(
     with CaptureQueriesContext(connection) as queries:
         purged = purge_expired_keys(batch_size=batch_size)
 
-    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    batches = [q["sql"] for q in queries.captured_queries if "DELETE" in q["sql"]]
     assert purged == expired
     assert keys() == {"live"}
+    # Their answers went with them.
+    assert list(StoredAnswer.objects.values_list("key__key", flat=True)) == ["live"]
     # Fewer than a full batch ends the purge; a full one asks once more.
-    assert len(deletes) == statements
-    for sql in deletes:
-        # One statement a batch, oldest first, passing over locked rows, and
-        # the expiry checked again on the rows it deletes.
-        assert f"LIMIT {batch_size} FOR UPDATE SKIP LOCKED" in sql
-        assert '"expires_at" ASC LIMIT' in sql
+    assert len(batches) == statements
+    for sql in batches:
+        # One statement a batch, the keys and their answers, oldest first,
+        # passing over locked rows, and the expiry checked again on the rows
+        # it deletes.
+        assert sql.startswith("WITH gone AS (DELETE FROM")
+        assert 'DELETE FROM "idempotency_storedanswer"' in sql
+        assert f'ORDER BY "expires_at" LIMIT {batch_size} FOR UPDATE SKIP LOCKED' in sql
         assert sql.count('"expires_at" <=') == 2
     # No SELECT of ids ahead of the DELETE, and no row loaded into Python.
     assert not [q for q in queries.captured_queries if q["sql"].startswith("SELECT")]

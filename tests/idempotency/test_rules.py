@@ -348,7 +348,7 @@ def commits_of_stored_answers_failing() -> Iterator[None]:
             " BEGIN RAISE EXCEPTION 'could not serialize access'"
             " USING ERRCODE = 'serialization_failure'; END $$;"
             " CREATE CONSTRAINT TRIGGER fail_the_commit"
-            " AFTER UPDATE ON idempotency_idempotencykey DEFERRABLE INITIALLY DEFERRED"
+            " AFTER INSERT ON idempotency_storedanswer DEFERRABLE INITIALLY DEFERRED"
             " FOR EACH ROW EXECUTE FUNCTION fail_the_commit()"
         )
     try:
@@ -356,7 +356,7 @@ def commits_of_stored_answers_failing() -> Iterator[None]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute(
-                "DROP TRIGGER fail_the_commit ON idempotency_idempotencykey;"
+                "DROP TRIGGER fail_the_commit ON idempotency_storedanswer;"
                 " DROP FUNCTION fail_the_commit()"
             )
 

@@ -198,3 +198,26 @@ def test_a_command_waits_for_an_order_row_released_within_the_bound(
     assert elapsed < 5
     assert IdempotencyKey.objects.filter(key=KEY).count() == 1
     assert effects(order) == command.effects
+
+
+def test_no_command_waits_for_a_lock_on_its_principals_row(
+    api: Api, order_body: dict[str, Any], settings: Settings
+) -> None:
+    # A key's principal has no constraint in the database (idempotency/models.py):
+    # with one, every command's COMMIT locked the principal's row (FOR KEY
+    # SHARE), and waited behind anything that held it, here for the bound.
+    settings.IDEMPOTENCY_WAIT = 0.3
+    order = place_order(api, order_body)
+
+    with psycopg.connect(**libpq_params()) as holder:
+        locked = holder.execute(
+            "SELECT 1 FROM accounts_principal WHERE id = %s FOR UPDATE", [api.principal.pk]
+        ).fetchone()
+        assert locked is not None
+        placed = api.post("/v1/orders", order_body, key="while-held")
+        paid = pay(api, order)
+        holder.rollback()
+
+    assert placed.status_code == 201, placed.content
+    assert paid.status_code == 202, paid.content
+    assert IdempotencyKey.objects.filter(key__in=["while-held", KEY]).count() == 2

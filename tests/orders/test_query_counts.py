@@ -46,7 +46,7 @@ def assert_the_guard_costs_no_round_trip(queries: list[dict[str, str]]) -> None:
     claim, store = sent[2], sent[-2]
     assert claim.startswith("BEGIN; SET LOCAL lock_timeout")
     assert 'INSERT INTO "idempotency_idempotencykey"' in claim
-    assert store.startswith('UPDATE "idempotency_idempotencykey"')
+    assert store.startswith('INSERT INTO "idempotency_storedanswer"')
     assert store.endswith("; COMMIT")
 
 
