@@ -53,6 +53,7 @@ from django.db import (
     transaction,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, JSONField, Model, UniqueConstraint
 from django.http import HttpResponse
 from django.utils import timezone
@@ -220,27 +221,29 @@ def run_command(
     :raises IdempotencyKeyConflict: the key was used for another request.
     :raises IdempotencyKeyInProgress: the key's first request is still running.
     """
+    db = connections[DEFAULT_DB_ALIAS]
     # Only the outermost block's end is a COMMIT, which the store may carry.
-    outermost = not connections[DEFAULT_DB_ALIAS].in_atomic_block
+    outermost = not db.in_atomic_block
     try:
-        with transaction.atomic():
-            found = _claim_or_find(command)
+        # One cursor for the claim and the store.
+        with transaction.atomic(), db.cursor() as cursor:
+            found = _claim_or_find(cursor, command)
             if isinstance(found, IdempotencyKey):
                 return _replay(command, found, on_replay), Outcome.REPLAYED
             answer = _execute(execute)
-            _store(found, answer, commits=outermost)
+            _store(cursor, found, answer, commits=outermost)
         return answer.response(), Outcome.EXECUTED
     except _CommandFailed as failed:
         # The command's effects rolled back, and the claim with them: the
         # failure is stored in a transaction of its own.
         answer = _Answer.of(render_exception(failed.__cause__ or failed))
-    with transaction.atomic():
-        found = _claim_or_find(command)
+    with transaction.atomic(), db.cursor() as cursor:
+        found = _claim_or_find(cursor, command)
         if isinstance(found, IdempotencyKey):
             # Another copy claimed the key between the two transactions and
             # executed it: its answer is the key's.
             return _replay(command, found, on_replay), Outcome.REPLAYED
-        _store(found, answer, commits=outermost)
+        _store(cursor, found, answer, commits=outermost)
     return answer.response(), Outcome.EXECUTED
 
 
@@ -264,10 +267,7 @@ class _Answer:
         )
 
     def response(self) -> HttpResponse:
-        response = HttpResponse(self.body, status=self.status)
-        for name, value in self.headers.items():
-            response[name] = value
-        return response
+        return HttpResponse(self.body, status=self.status, headers=self.headers)
 
 
 class _CommandFailed(Exception):
@@ -297,10 +297,10 @@ def _execute(execute: Callable[[], HttpResponse]) -> _Answer:
 _ROUNDS = 3
 
 
-def _claim_or_find(command: Command) -> int | IdempotencyKey:
+def _claim_or_find(cursor: CursorWrapper, command: Command) -> int | IdempotencyKey:
     """Claim the key (the id of our new row), or find the completed record that holds it."""
     for _ in range(_ROUNDS):
-        claimed = _claim(command)
+        claimed = _claim(cursor, command)
         if claimed is not None:
             return claimed
         record = _lookup(command)
@@ -313,7 +313,7 @@ def _claim_or_find(command: Command) -> int | IdempotencyKey:
     raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
 
 
-def _claim(command: Command) -> int | None:
+def _claim(cursor: CursorWrapper, command: Command) -> int | None:
     """INSERT the key unless it exists: the new row's id if this transaction now holds it.
 
     ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: the unique index
@@ -330,7 +330,7 @@ def _claim(command: Command) -> int | None:
     instead of three.
     """
     now = timezone.now()
-    db = connections[DEFAULT_DB_ALIAS]
+    db = cursor.db
     values = _bound(
         db,
         _FIELDS,
@@ -348,7 +348,7 @@ def _claim(command: Command) -> int | None:
     )
     sql = _claim_sql(db.vendor, *_wait_bounds(db.vendor))
     try:
-        row = _send(db, sql, values)
+        row = _send(cursor, sql, values)
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
             raise IdempotencyKeyInProgress(
@@ -358,7 +358,7 @@ def _claim(command: Command) -> int | None:
     return None if row is None else int(row[0])
 
 
-def _store(claim_id: int, answer: _Answer, *, commits: bool) -> None:
+def _store(cursor: CursorWrapper, claim_id: int, answer: _Answer, *, commits: bool) -> None:
     """Insert the answer beside our claim, keyed by the claim's id.
 
     An INSERT rather than an UPDATE of the claim's row: a narrow row of its
@@ -368,17 +368,16 @@ def _store(claim_id: int, answer: _Answer, *, commits: bool) -> None:
     ``commits``: the store is the last statement of the outermost
     transaction, and sends its ``COMMIT`` (:func:`_send`).
     """
-    db = connections[DEFAULT_DB_ALIAS]
     values = _bound(
-        db,
+        cursor.db,
         _ANSWER_FIELDS,
         {"key": claim_id, "status": answer.status, "body": answer.body, "headers": answer.headers},
     )
-    _send(db, _store_sql(db.vendor), values, commits=commits)
+    _send(cursor, _store_sql(cursor.db.vendor), values, commits=commits)
 
 
 def _send(
-    db: BaseDatabaseWrapper, sql: str, values: list[Any], *, commits: bool = False
+    cursor: CursorWrapper, sql: str, values: list[Any], *, commits: bool = False
 ) -> tuple[Any, ...] | None:
     """Execute one of the guard's statements, with its transaction's BEGIN or COMMIT.
 
@@ -387,7 +386,7 @@ def _send(
     outermost block: a round trip each, besides the statements'. The claim
     is the first statement of a command's transaction and the store its
     last, so on PostgreSQL they send ``BEGIN; INSERT …`` and
-    ``UPDATE …; COMMIT``, each one query and one round trip: the guard adds
+    ``INSERT …; COMMIT``, each one query and one round trip: the guard adds
     two statements to a first execution and no round trip of its own
     (measured in docs/SCALING.md). Where a condition below does not hold,
     the statement is sent alone and psycopg and Django do as usual.
@@ -406,19 +405,23 @@ def _send(
       stored. A transaction that a command marked for rollback never sends
       it: Django refuses any statement in such a transaction.
     """
+    db = cursor.db
     postgresql = db.vendor == "postgresql"
     if postgresql and _begin_is_pending(db.connection):
         db.connection.autocommit = True
         sql = f"BEGIN; {sql}"
     if postgresql and commits:
         sql = f"{sql}; COMMIT"
-    with db.cursor() as cursor:
-        cursor.execute(sql, values)
-        if postgresql:
-            # To the last result: the claim's row, past BEGIN and the wait bounds.
-            while cursor.nextset():
-                pass
-        return cursor.fetchone() if cursor.description is not None else None
+    cursor.execute(sql, values)
+    # psycopg has received every result of the query, or raised, by now: its
+    # own cursor steps through them, without Django's error translation
+    # wrapped around each call.
+    results = cursor.cursor
+    if postgresql:
+        # To the last result: the claim's row, past BEGIN and the wait bounds.
+        while results.nextset():
+            pass
+    return results.fetchone() if results.description is not None else None
 
 
 def _begin_is_pending(raw: psycopg.Connection[Any]) -> bool:
