@@ -9,18 +9,24 @@ import copy
 import json
 import math
 import sys
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import rfc8785
+from django.conf import settings as django_settings
 from django.test import override_settings
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from api.parsers import MAX_SAFE_INTEGER, loads_strict
 from idempotency.fingerprint import (
     MAX_FIELD_DIGESTS,
+    MAX_POINTER_LENGTH,
     Fingerprint,
+    _digest_chosen_parts,
+    _digest_every_part,
+    _keyed_hmac,
     fingerprint_request,
     mismatched_pointers,
 )
@@ -284,6 +290,62 @@ def test_method_and_path_are_part_of_the_fingerprint(
 
     assert fingerprint(body, method=methods[1], path=paths[0]).digest != same
     assert fingerprint(body, method=methods[0], path=paths[1]).digest != same
+
+
+# Bodies near the limits: long member names (pointers past MAX_POINTER_LENGTH
+# within a few levels) and wide containers (past MAX_FIELD_DIGESTS parts).
+long_names = st.text(st.sampled_from("ab~/"), min_size=20, max_size=70)
+wide_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, min_size=40, max_size=90)
+        | st.dictionaries(long_names, children, max_size=3)
+    ),
+    max_leaves=400,
+)
+
+
+@example_settings
+@given(body=bodies | wide_values)
+@example(body={"items": list(range(MAX_FIELD_DIGESTS - 1))})  # as many parts as the budget
+@example(body={"items": list(range(MAX_FIELD_DIGESTS))})  # one more
+@example(body={"items": [{"qty": i} for i in range(200)]})  # 401 parts
+@example(body={"n" * 60: {"m" * 60: {"abcde": 1}}})  # a pointer of 128 characters
+@example(body={"n" * 60: {"m" * 60: {"abcdef": 1}}})  # and of 129
+def test_one_walk_and_the_budgeted_choice_of_parts_give_the_same_digests(body: Any) -> None:
+    """The walk that digests every part of a body within the limits is a shortcut, no more.
+
+    Within the budget and the pointers' limit it must give each part the
+    digest the general path (parts chosen breadth first, up to the budget)
+    gives it, or stored keys would not compare with requests; past either
+    it gives up, and the general path answers alone.
+    """
+    keyed = _keyed_hmac(django_settings.SECRET_KEY)
+    pointers = list(_pointers(body))
+
+    walked = _digest_every_part(body, keyed)
+
+    if len(pointers) <= MAX_FIELD_DIGESTS and max(map(len, pointers), default=0) <= (
+        MAX_POINTER_LENGTH
+    ):
+        assert walked == _digest_chosen_parts(body, keyed)
+        assert set(walked) == set(pointers)
+    else:
+        assert walked is None
+
+
+def _pointers(value: Any, pointer: str = "") -> Iterator[str]:
+    """The JSON Pointer of every part of ``value``, the whole aside."""
+    if isinstance(value, dict):
+        slots = [name.replace("~", "~0").replace("/", "~1") for name in value]
+        children = list(value.values())
+    elif isinstance(value, list):
+        slots, children = [str(i) for i in range(len(value))], value
+    else:
+        return
+    for slot, child in zip(slots, children, strict=True):
+        yield f"{pointer}/{slot}"
+        yield from _pointers(child, f"{pointer}/{slot}")
 
 
 # --- Examples -----------------------------------------------------------------
