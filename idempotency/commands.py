@@ -428,7 +428,7 @@ def _begin_is_pending(raw: psycopg.Connection[Any]) -> bool:
     """Whether psycopg would send a plain ``BEGIN``, a round trip of its own, before ours."""
     return (
         not raw.autocommit
-        and raw.info.transaction_status == pq.TransactionStatus.IDLE
+        and raw.pgconn.transaction_status == pq.TransactionStatus.IDLE
         and raw.isolation_level is None
         and raw.read_only is None
         and raw.deferrable is None
