@@ -41,11 +41,12 @@ DATABASE = "order_service_bench"
 ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
 # Rounds of the four loads, and each load's seconds in a round: many short
 # rounds rather than a few long ones, so that a slow stretch of the machine
-# falls on few of them, and the medians leave those out.
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
-SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
-# Each load's CPU is read over one run of its own, after the rounds.
-COST_SECONDS = 6.0
+# falls on few of them, and the medians leave those out. On a shared 2-core
+# machine the ratio of two loads run back to back varies by ±0.1 from round
+# to round (60 alternating runs of 2 s: a standard deviation of 0.096), so
+# the median of 20 rounds is good to about ±0.03, that of 10 to ±0.04.
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "20"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "2"))
 # The loads whose ratio matters most run side by side in each round.
 _PAIRS = (("guarded", "unguarded"), ("replay", "read"))
 
@@ -108,16 +109,25 @@ class Bench:
         # not by a checkpoint in the middle of the rounds.
         with psycopg.connect(service.database_url(DATABASE), autocommit=True) as conn:
             conn.execute("CHECKPOINT")
-        results: dict[str, list[wrk.Result]] = {name: [] for name in loads}
-        for round_ in range(ROUNDS):
-            # Each ratio's two loads run back to back, in either order by
-            # turns: the machine's speed drifts by tens of percent over a
-            # few seconds here, and a ratio of two runs seconds apart would
-            # measure the drift.
-            for pair in _PAIRS if round_ % 2 == 0 else _PAIRS[::-1]:
-                for name in pair if round_ % 2 == 0 else pair[::-1]:
-                    results[name].append(wrk.run(self.base_url, loads[name], seconds=SECONDS))
-        costs = {name: self.cost_of(load) for name, load in loads.items()}
+            meter = _Meter(conn)
+            results: dict[str, list[wrk.Result]] = {name: [] for name in loads}
+            costs = {name: Cost() for name in loads}
+            for round_ in range(ROUNDS):
+                # Each ratio's two loads run back to back, in either order by
+                # turns: the machine's speed drifts by tens of percent over a
+                # few seconds here, and a ratio of two runs seconds apart
+                # would measure the drift.
+                for pair in _PAIRS if round_ % 2 == 0 else _PAIRS[::-1]:
+                    for name in pair if round_ % 2 == 0 else pair[::-1]:
+                        result, cost = meter.run(self.base_url, loads[name])
+                        results[name].append(result)
+                        costs[name] += cost
+            key_row_bytes = _scalar(
+                conn,
+                "SELECT (pg_total_relation_size('idempotency_idempotencykey')"
+                " + pg_total_relation_size('idempotency_storedanswer'))"
+                " / greatest(count(*), 1) FROM idempotency_idempotencykey",
+            )
         to_succeeded = self.payment_latencies(20)
 
         rates = {name: [r.rate for r in rs] for name, rs in results.items()}
@@ -150,14 +160,12 @@ class Bench:
                 f"  {label:40s} {statistics.median(ratios):5.2f}"
                 f" ({min(ratios):.2f}-{max(ratios):.2f})"
             )
-        cpu = {name: costs[name].python_ms + costs[name].postgres_ms for name in costs}
         print(
             f"  {'CPU of a first execution, unguarded / guarded':40s}"
-            f" {cpu['unguarded'] / cpu['guarded']:5.2f}  (gunicorn and PostgreSQL, below)"
+            f" {costs['unguarded'].cpu_ms / costs['guarded'].cpu_ms:5.2f}"
+            "  (gunicorn and PostgreSQL, below)"
         )
-        print(
-            f"where the time goes, per request ({COST_SECONDS:g} s of each load, read from /proc):"
-        )
+        print("where the time goes, per request (all the rounds, read from /proc):")
         print(f"  {'':46s} {'gunicorn':>9s} {'PostgreSQL':>11s} {'wrk':>6s} {'WAL':>8s}")
         for name, label in labels.items():
             cost = costs[name]
@@ -165,10 +173,7 @@ class Bench:
                 f"  {label:46s} {cost.python_ms:6.2f} ms {cost.postgres_ms:8.2f} ms"
                 f" {cost.wrk_ms:6.2f} {cost.wal_bytes:6.0f} B"
             )
-        print(
-            f"  a stored key takes {costs['guarded'].key_row_bytes:.0f} bytes with its answer,"
-            " indexes included"
-        )
+        print(f"  a stored key takes {key_row_bytes} bytes with its answer, indexes included")
         print("payment (pm_card_ok), 202 to succeeded, 20 payments:")
         print(f"  median {statistics.median(to_succeeded):7.1f} ms")
         print(f"  max    {max(to_succeeded):7.1f} ms")
@@ -243,41 +248,6 @@ class Bench:
             response.raise_for_status()
         return statistics.median(samples)
 
-    def cost_of(self, load: wrk.Load) -> "Cost":
-        """CPU (per process kind) and WAL that each request of ``load`` costs.
-
-        Read from /proc around one wrk run: the gunicorn processes that
-        serve the bench's application, the PostgreSQL backends connected to
-        the bench's database, and wrk itself (a child of this process). The
-        CPU of processes that ended meanwhile is counted too: gunicorn
-        recycles its workers, and PostgreSQL ends their connections.
-        """
-        with psycopg.connect(service.database_url(DATABASE), autocommit=True) as conn:
-            postmaster = _postmaster_pid(conn)
-            wal_before = _scalar(conn, "SELECT pg_current_wal_lsn()")
-            python, postgres = _cpu_seconds("tests.bench.wsgi"), _postgres_cpu(postmaster)
-            children = _children_cpu()
-            result = wrk.run(self.base_url, load, seconds=COST_SECONDS)
-            children = _children_cpu() - children
-            python = _cpu_seconds("tests.bench.wsgi") - python
-            postgres = _postgres_cpu(postmaster) - postgres
-            wal = _scalar(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal_before])
-            key_row = _scalar(
-                conn,
-                "SELECT (pg_total_relation_size('idempotency_idempotencykey')"
-                " + pg_total_relation_size('idempotency_storedanswer'))"
-                " / greatest(count(*), 1) FROM idempotency_idempotencykey",
-            )
-        n = result.requests
-        return Cost(
-            requests=n,
-            python_ms=python * 1000 / n,
-            postgres_ms=postgres * 1000 / n,
-            wrk_ms=children * 1000 / n,
-            wal_bytes=float(wal) / n,
-            key_row_bytes=float(key_row),
-        )
-
     def payment_latencies(self, n: int) -> list[float]:
         latencies = []
         for _ in range(n):
@@ -304,12 +274,77 @@ def _median_result(results: list[wrk.Result]) -> wrk.Result:
 
 @dataclass(frozen=True)
 class Cost:
-    requests: int
-    python_ms: float
-    postgres_ms: float
-    wrk_ms: float
-    wal_bytes: float
-    key_row_bytes: float
+    """What some requests of one load cost: CPU per kind of process, and WAL."""
+
+    requests: int = 0
+    python_s: float = 0.0
+    postgres_s: float = 0.0
+    wrk_s: float = 0.0
+    wal: float = 0.0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(
+            self.requests + other.requests,
+            self.python_s + other.python_s,
+            self.postgres_s + other.postgres_s,
+            self.wrk_s + other.wrk_s,
+            self.wal + other.wal,
+        )
+
+    @property
+    def python_ms(self) -> float:
+        return self.python_s * 1000 / max(self.requests, 1)
+
+    @property
+    def postgres_ms(self) -> float:
+        return self.postgres_s * 1000 / max(self.requests, 1)
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.python_ms + self.postgres_ms
+
+    @property
+    def wrk_ms(self) -> float:
+        return self.wrk_s * 1000 / max(self.requests, 1)
+
+    @property
+    def wal_bytes(self) -> float:
+        return self.wal / max(self.requests, 1)
+
+
+class _Meter:
+    """wrk runs, each with the CPU and WAL it cost, read from /proc and PostgreSQL around it.
+
+    The CPU is that of the gunicorn processes that serve the bench's
+    application, of the PostgreSQL backends connected to the bench's
+    database, and of wrk itself (a child of this process); that of
+    processes that ended meanwhile is counted too (PostgreSQL ends the
+    connections of threads that are gone). Read around every run of the
+    rounds, so that each load's figures are its whole time, taking turns
+    with the others, rather than one stretch of the machine.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._postmaster = _postmaster_pid(conn)
+
+    def run(self, base_url: str, load: wrk.Load) -> tuple[wrk.Result, Cost]:
+        wal_before = _scalar(self._conn, "SELECT pg_current_wal_lsn()")
+        python, postgres = _cpu_seconds("tests.bench.wsgi"), _postgres_cpu(self._postmaster)
+        children = _children_cpu()
+        result = wrk.run(base_url, load, seconds=SECONDS)
+        cost = Cost(
+            requests=result.requests,
+            wrk_s=_children_cpu() - children,
+            python_s=_cpu_seconds("tests.bench.wsgi") - python,
+            postgres_s=_postgres_cpu(self._postmaster) - postgres,
+            wal=float(
+                _scalar(
+                    self._conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal_before]
+                )
+            ),
+        )
+        return result, cost
 
 
 def _cpu_seconds(marker: str) -> float:
