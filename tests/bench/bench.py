@@ -28,7 +28,7 @@ import os
 import statistics
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -283,21 +283,18 @@ class Cost:
     wal: float = 0.0
 
     def __add__(self, other: "Cost") -> "Cost":
-        return Cost(
-            self.requests + other.requests,
-            self.python_s + other.python_s,
-            self.postgres_s + other.postgres_s,
-            self.wrk_s + other.wrk_s,
-            self.wal + other.wal,
-        )
+        return Cost(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    def _per_request(self, total: float) -> float:
+        return total / max(self.requests, 1)
 
     @property
     def python_ms(self) -> float:
-        return self.python_s * 1000 / max(self.requests, 1)
+        return self._per_request(self.python_s * 1000)
 
     @property
     def postgres_ms(self) -> float:
-        return self.postgres_s * 1000 / max(self.requests, 1)
+        return self._per_request(self.postgres_s * 1000)
 
     @property
     def cpu_ms(self) -> float:
@@ -305,11 +302,11 @@ class Cost:
 
     @property
     def wrk_ms(self) -> float:
-        return self.wrk_s * 1000 / max(self.requests, 1)
+        return self._per_request(self.wrk_s * 1000)
 
     @property
     def wal_bytes(self) -> float:
-        return self.wal / max(self.requests, 1)
+        return self._per_request(self.wal)
 
 
 class _Meter:
