@@ -15,7 +15,7 @@ PACKAGES := config api observability accounts idempotency operations provider or
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-dev run test faults demo lint fmt lock bench fuzz clean FORCE
+.PHONY: install install-dev run test faults demo lint fmt lock bench soak fuzz clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). Made by
 # another one, or left half-made by a failed attempt, it is removed and made
@@ -116,6 +116,14 @@ demo: install-dev
 bench: install-dev
 	@command -v wrk >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk; }
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench
+
+## soak: payments at twice the rate one worker serves them, for a minute, then
+## none (tests/bench/soak.py): the messages published per payment, the queue's
+## peak length, and the time until the last payment ends against the worker's
+## rate alone. On PostgreSQL and Redis (a database of its own, order_service_soak);
+## SOAK_SECONDS, SOAK_LOAD, SOAK_PROVIDER_LATENCY change the run.
+soak: install-dev
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench.soak
 
 ## fuzz: schemathesis against a running service (such as `make run`'s), with an
 ## API token: make fuzz TOKEN=osk_… [BASE_URL=http://127.0.0.1:8000].
