@@ -173,21 +173,36 @@ PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="provider.simulator.Simulat
 # Simulated provider latency per call (seconds).
 PAYMENT_PROVIDER_LATENCY = env.float("PAYMENT_PROVIDER_LATENCY", default=0.05)
 # First retry delay after a provider timeout or 5xx (seconds); it doubles
-# with each attempt, up to a minute.
+# with each attempt, up to a minute (operations.registry.RetryPolicy).
 PAYMENT_RETRY_BACKOFF = env.float("PAYMENT_RETRY_BACKOFF", default=1.0)
-# An operation that no worker has taken this long after its task was
-# published (seconds) is presumed lost and published again by the sweep.
-# Ten seconds is far above the time a message takes to reach an idle worker,
-# so a copy is rare, and harmless: the worker that gets it finds the
-# operation taken. Under a backlog longer than this, each waiting operation
-# gets a copy every ten seconds.
+# Attempts of one operation before it ends, whatever failed them: a
+# provider's refusal or timeout, a worker lost during the attempt, a bug.
+# Ten attempts with the payment backoff span about four minutes (1 + 2 + 4 +
+# … seconds, a minute at most between two), which rides out a provider's
+# brief outage and a deploy, yet tells a customer within minutes that a
+# payment failed, so that the order can be paid again. Past the budget a
+# payment is failed only after the provider has said it holds no charge
+# for it (orders.services.settle_charge).
+OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=10)
+# How long a message may go untaken before it may be presumed lost (seconds).
+# A message is published again only when it is lost: its publish failed, the
+# worker that took it died, or the queue has moved past it (a worker has
+# received a message published this much later than it) or is empty while
+# it is still untaken this long after its publish
+# (operations.services.sweep_lost_operations). A message that merely waits
+# behind others in a backlog is never copied, however long it waits. Ten
+# seconds is far above the time a message takes to reach an idle worker and
+# above any difference between the clocks of the machines that publish
+# (NTP keeps them within milliseconds); it is also how long a message lost
+# on an idle queue waits before its copy.
 OPERATION_STALE_AFTER = env.float("OPERATION_STALE_AFTER", default=10.0)
 # How long a worker holds an operation it works on (seconds). It renews the
 # lease every third of it while it works, so this bounds how long a dead
 # worker's operation waits, not how long an attempt may take.
 OPERATION_LEASE = env.float("OPERATION_LEASE", default=10.0)
 # How often every worker runs the sweep (seconds), besides once each time it
-# connects to the broker. A sweep is one indexed query when nothing is due.
+# connects to the broker. A sweep is a read of the queue's length and one
+# indexed query when nothing is lost.
 OPERATION_SWEEP_INTERVAL = env.float("OPERATION_SWEEP_INTERVAL", default=2.0)
 
 # --- Celery ---------------------------------------------------------------

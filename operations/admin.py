@@ -25,6 +25,7 @@ class OperationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "tenant",
         "result_id",
         "attempts",
+        "publications",
         "error_code",
         "created_at",
         "updated_at",

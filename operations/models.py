@@ -14,7 +14,7 @@ class Operation(models.Model):
     The command that starts it inserts the row in its own transaction and
     publishes the task after commit; the row, not the broker, is the source
     of truth, so a lost message is found again by the sweep
-    (:func:`operations.services.sweep_stale_operations`). ``status`` only
+    (:func:`operations.services.sweep_lost_operations`). ``status`` only
     moves forward (processing -> succeeded | failed), and every write of it
     is a compare-and-set on ``status='processing'``.
     """
@@ -34,16 +34,29 @@ class Operation(models.Model):
     # Unique per tenant at most (an order's id is), hence the tenant in the
     # constraint below.
     result_id = models.CharField(max_length=68)
+    # Why it failed, once it has; while it is processing, why its last
+    # attempt failed (for the operator), which becomes the error it ends
+    # with if no attempt succeeds.
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.CharField(max_length=500, blank=True)
+    # Attempts claimed by a worker, the one under way included; at most
+    # OPERATION_MAX_ATTEMPTS of them run the kind's handler
+    # (operations.services.attempt_operation).
     attempts = models.PositiveIntegerField(default=0)
     # A worker holds the operation until then, and renews the lease while it
     # works; past it, a dead worker's operation can be claimed again.
     claimed_until = models.DateTimeField(null=True, blank=True)
-    # If it is still processing then and no worker holds it, its message is
-    # presumed lost (the broker was down, or a worker died holding it) and
-    # the sweep publishes it again. Set ahead by every publish, to now by a
-    # publish that failed.
+    # When its newest message was published, the time that message carries
+    # (operations.services.PUBLISHED_AT_HEADER); None while no message of it
+    # is out (its publish failed). The sweep judges by it whether the
+    # message is still queued or lost (operations.services.sweep_lost_operations).
+    published_at = models.DateTimeField(null=True, blank=True)
+    # Messages published for it: the first, one per retry, and one per copy
+    # the sweep sent for a message presumed lost.
+    publications = models.PositiveIntegerField(default=0)
+    # The sweep leaves it alone until then: OPERATION_STALE_AFTER after a
+    # publish, or after a retry's countdown; the end of the lease while a
+    # worker holds it; now, after a failed publish.
     republish_at = models.DateTimeField(default=timezone.now)
     # The trace id of the request that started it, for logs across processes.
     trace_id = models.CharField(max_length=128, blank=True)
@@ -57,6 +70,14 @@ class Operation(models.Model):
                 fields=["republish_at"],
                 condition=models.Q(status="processing"),
                 name="operation_republish",
+            ),
+            # The oldest processing operation of each kind (its age is a
+            # gauge at /metrics): one index probe per kind, whatever the
+            # backlog.
+            models.Index(
+                fields=["kind", "created_at"],
+                condition=models.Q(status="processing"),
+                name="operation_processing_age",
             ),
         ]
         constraints = [

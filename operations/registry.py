@@ -1,13 +1,15 @@
 """The kinds of operation, as the apps that define them register them.
 
-The operations app runs, links and retries work it knows nothing about:
-each kind is registered, when its app loads, with the function that
-performs it, where its result lives, and how its failures are retried::
+The operations app runs, links, retries and ends work it knows nothing
+about: each kind is registered, when its app loads, with the function that
+performs it, where its result lives, how its failures are retried, and how
+it ends once its attempts have run out::
 
     @operations.registry.register(
         "payment.charge",
         result_path=lambda payment_id: f"/v1/payments/{payment_id}",
-        retry=RetryPolicy(on=(ProviderUnavailable,), first_delay=lambda: 1.0),
+        retry=RetryPolicy(on=(ProviderUnavailable,), error="ProviderUnavailable"),
+        give_up=settle_charge,
     )
     def charge_payment(operation: Operation) -> None: ...
 
@@ -21,7 +23,28 @@ from dataclasses import dataclass, field
 from operations.errors import TransientFailure
 from operations.models import Operation
 
+# The error an operation ends with when an exception that its kind's retry
+# policy does not name (a bug) failed its last attempt, or a worker was lost
+# during it (docs/SPECIFICATION.md §4 rule 10).
+INTERNAL_ERROR = "InternalError"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why an attempt failed: the error the operation ends with if it is the last."""
+
+    # A stable PascalCase code, such as "ProviderUnavailable".
+    code: str
+    # For people, the client among them: it says what happened to the
+    # request, never what happened inside the server.
+    message: str
+
+
 Handler = Callable[[Operation], None]
+# Ends an operation whose attempts have run out (``failure`` is why the last
+# one failed); raises if it cannot tell yet how it ended (the provider does
+# not answer), and is then asked again later.
+GiveUp = Callable[[Operation, Failure], None]
 
 
 def _one_second() -> float:
@@ -30,28 +53,32 @@ def _one_second() -> float:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """When a failed attempt is retried, and after how long.
+    """How long a failed attempt waits for the next, and what its failure is called.
 
-    An attempt that raises one of ``on`` is retried after ``first_delay()``
-    seconds, doubling with each retry up to ``max_delay``; any other
-    exception is a bug, left to the worker's log and the sweep. The first
-    delay is read at each retry (a callable), so it can come from settings.
+    Every failed attempt is retried, until the attempt budget
+    (``OPERATION_MAX_ATTEMPTS``) is spent, after ``first_delay()`` seconds,
+    doubling with each attempt up to ``max_delay``. An exception of ``on``
+    is a failure that may pass (a provider's timeout), recorded as
+    ``error``; any other is a bug, logged with its traceback and recorded as
+    ``InternalError``. The first delay is read at each retry (a callable),
+    so it can come from settings.
     """
 
     on: tuple[type[BaseException], ...] = (TransientFailure,)
+    error: str = "Unavailable"
     first_delay: Callable[[], float] = _one_second
     # A minute: long enough to ride out a provider's brief outage, short
     # enough that a customer is not kept waiting long after it ends.
     max_delay: float = 60.0
 
-    def delay(self, retries: int) -> float:
-        """Seconds before the retry that follows ``retries`` earlier ones."""
-        return min(self.first_delay() * 2**retries, self.max_delay)
+    def delay(self, attempts: int) -> float:
+        """Seconds between the end of attempt number ``attempts`` (from 1) and the next."""
+        return min(self.first_delay() * 2 ** (attempts - 1), self.max_delay)
 
 
 @dataclass(frozen=True)
 class OperationKind:
-    """A registered kind: what performs it, where its result is, how it is retried."""
+    """A registered kind: what performs it, where its result is, how it is retried and ended."""
 
     name: str
     handler: Handler
@@ -59,13 +86,21 @@ class OperationKind:
     # (``links.result``), from its ``result_id``.
     result_path: Callable[[str], str]
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # None: the operation ends failed with its last attempt's failure
+    # (operations.services.fail_operation). A kind whose attempts may have
+    # had an effect elsewhere (a charge) asks there first.
+    give_up: GiveUp | None = None
 
 
 _kinds: dict[str, OperationKind] = {}
 
 
 def register(
-    name: str, *, result_path: Callable[[str], str], retry: RetryPolicy | None = None
+    name: str,
+    *,
+    result_path: Callable[[str], str],
+    retry: RetryPolicy | None = None,
+    give_up: GiveUp | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of operations of kind ``name``."""
 
@@ -73,7 +108,11 @@ def register(
         if name in _kinds and _kinds[name].handler is not handler:
             raise ValueError(f"Operation kind {name!r} is registered twice.")
         _kinds[name] = OperationKind(
-            name=name, handler=handler, result_path=result_path, retry=retry or RetryPolicy()
+            name=name,
+            handler=handler,
+            result_path=result_path,
+            retry=retry or RetryPolicy(),
+            give_up=give_up,
         )
         return handler
 

@@ -13,7 +13,10 @@ get_operation = read_schema(
         "forward: `processing` → `succeeded` | `failed`; `Retry-After` comes with "
         "`processing`. `resultId` names what the operation works on, and `links.result` "
         "where to read it: the payment of a `payment.charge`, the order of an "
-        "`order.refund`."
+        "`order.refund`. Every operation ends: a failed attempt is retried with backoff, "
+        "and after the deployment's `OPERATION_MAX_ATTEMPTS` attempts "
+        "the operation ends `failed`, unless the provider holds what it asked for, which "
+        "is then its outcome."
     ),
     tag="operations",
     response=OpenApiResponse(OperationOutput, "The operation."),

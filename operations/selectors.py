@@ -1,6 +1,12 @@
-"""Operation reads, scoped to the caller's tenant."""
+"""Operation reads: one for a client, scoped to its tenant, and the operator's across tenants."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, Sum
 
 from accounts.models import Tenant
+from operations import registry
 from operations.errors import NoSuchOperation
 from operations.models import Operation
 
@@ -14,3 +20,51 @@ def get_operation(*, tenant: Tenant, operation_id: str) -> Operation:
     if operation is None:
         raise NoSuchOperation(f"No operation {operation_id}.")
     return operation
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The operations of one kind in one status."""
+
+    kind: str
+    status: str
+    count: int
+    attempts: int
+    # Messages published for them: one each, and the copies.
+    messages: int
+
+
+def tallies() -> list[Tally]:
+    """Operations by kind and status, with their attempts and messages; reads the whole table."""
+    rows = (
+        Operation.objects.values("kind", "status")
+        .annotate(count=Count("id"), attempts=Sum("attempts"), messages=Sum("publications"))
+        .order_by("kind", "status")
+    )
+    return [
+        Tally(r["kind"], r["status"], r["count"], r["attempts"] or 0, r["messages"] or 0)
+        for r in rows
+    ]
+
+
+def oldest_processing() -> dict[str, Operation | None]:
+    """The oldest processing operation of each registered kind, or None; an index probe each."""
+    processing = Operation.objects.filter(status=Operation.Status.PROCESSING)
+    return {
+        kind: processing.filter(kind=kind).order_by("created_at").first()
+        for kind in registry.kinds()
+    }
+
+
+def most_attempted(limit: int) -> list[Operation]:
+    """The processing operations that have used most of their attempts; the oldest first."""
+    return list(
+        Operation.objects.filter(status=Operation.Status.PROCESSING).order_by(
+            "-attempts", "created_at"
+        )[:limit]
+    )
+
+
+def age(operation: Operation, now: datetime) -> float:
+    """Seconds since the operation was started."""
+    return max(0.0, (now - operation.created_at).total_seconds())

@@ -22,7 +22,12 @@ class OperationErrorOutput(serializers.Serializer):
     """Why an operation failed; ``null`` unless it did."""
 
     error = serializers.CharField(
-        source="error_code", help_text="A stable code, such as `card_declined`."
+        source="error_code",
+        help_text=(
+            "A stable code: `PaymentDeclined` or `RefundDeclined` (the provider refused), "
+            "`ProviderUnavailable` (the provider kept refusing until the attempts ran out), "
+            "`InternalError` (the attempts failed on our side)."
+        ),
     )
     message = serializers.CharField(source="error_message", help_text="For people.")
 

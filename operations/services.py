@@ -1,12 +1,29 @@
-"""Starting, claiming, finishing and recovering operations."""
+"""Starting, attempting, ending and recovering operations.
+
+The life of an operation (docs/SPECIFICATION.md §4 rules 9 and 10):
+
+1. :func:`start_operation` records it with its command; its message is
+   published once the command's transaction commits.
+2. A worker that gets a message claims the operation for one attempt
+   (:func:`claim_operation`) and keeps the lease while it works.
+3. The attempt (:func:`attempt_operation`) runs the kind's handler, which
+   ends the operation, or fails. A failed attempt is retried after a
+   backoff, until ``OPERATION_MAX_ATTEMPTS`` attempts have been made; then
+   the kind gives the operation up, which ends it.
+4. The sweep (:func:`sweep_lost_operations`) publishes again an operation
+   whose message is lost, and only then: never one that merely waits in
+   the queue.
+"""
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
+import structlog
 from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -15,80 +32,120 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from observability.tracing import current_trace_id
+from operations import registry
 from operations.models import Operation
+from operations.registry import INTERNAL_ERROR, Failure, OperationKind
 
-logger = logging.getLogger(__name__)
+logger = structlog.get_logger(__name__)
 
 RUN_OPERATION_TASK = "operations.tasks.run_operation"
+# The message header that carries when the message was published (Unix
+# seconds). The queue is first in, first out, so a worker that receives a
+# message knows that every message published before it has left the queue
+# (operations.worker.QueuePosition).
+PUBLISHED_AT_HEADER = "published_at"
 # Publishing is tried briefly: a command must answer quickly even with the
 # broker down, and the sweep publishes whatever did not get through.
 _PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 # The most operations one sweep publishes, so that a sweep after a long
 # outage stays short; the next sweep takes the rest.
 SWEEP_BATCH = 500
+_WORKER_LOST = "The worker performing the operation stopped during an attempt."
+_UNEXPECTED = "The operation failed on our side."
+
+
+def _stale_after() -> timedelta:
+    return timedelta(seconds=settings.OPERATION_STALE_AFTER)
+
+
+# --- Starting and publishing ------------------------------------------------
 
 
 def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
-    """Record an operation and publish its task once the transaction commits.
+    """Record an operation and publish its message once the transaction commits.
 
     The row is the outbox: it commits with the command, so the work is never
     lost, even when the broker is down at that moment.
     """
+    now = timezone.now()
     operation = Operation.objects.create(
         tenant=tenant,
         kind=kind,
         result_id=result_id,
         trace_id=current_trace_id(),
-        republish_at=_after_publish(),
+        # Counted as published now, the time its message will carry; a
+        # publish that fails says so (_not_published).
+        published_at=now,
+        publications=1,
+        republish_at=now + _stale_after(),
     )
     # robust: a broker failure after commit must not turn the committed
     # command into an error; the sweep will publish it.
     transaction.on_commit(
-        partial(_publish_or_leave_to_sweep, operation.id, operation.trace_id), robust=True
+        partial(_publish, operation.id, operation.trace_id, published_at=now), robust=True
     )
     return operation
 
 
-def publish(operation_id: str, trace_id: str = "") -> bool:
-    """Send the operation's task to the broker; False if the broker is unreachable.
+def publish(
+    operation_id: str,
+    trace_id: str = "",
+    *,
+    published_at: datetime | None = None,
+    countdown: float | None = None,
+) -> bool:
+    """Send the operation's message to the broker; False if the broker is unreachable.
 
     Publishing twice is harmless: a worker must claim the operation first.
-    The trace id of the request that started the operation travels in the
-    message headers, so the task's log lines carry it.
+    The message carries the trace id of the request that started the
+    operation, so the task's log lines carry it, and ``published_at``, the
+    time the operation's row records for it. A message with a
+    ``countdown`` is run no sooner than that many seconds from now.
     """
+    headers: dict[str, str | float] = {"trace_id": trace_id}
+    if published_at is not None:
+        headers[PUBLISHED_AT_HEADER] = published_at.timestamp()
     try:
         # The Celery app of this process (config/celery.py), without
         # importing the configuration package.
         current_app.send_task(
             RUN_OPERATION_TASK,
             kwargs={"operation_id": operation_id},
-            headers={"trace_id": trace_id},
+            headers=headers,
+            countdown=countdown,
             retry=True,
             retry_policy=_PUBLISH_RETRY_POLICY,
         )
     except Exception as exc:
         # One line, not a traceback: during an outage every command says it.
-        logger.warning("Could not publish operation %s (%s); the sweep will", operation_id, exc)
+        logger.warning(
+            "could not publish the operation; the sweep will",
+            operation_id=operation_id,
+            reason=str(exc),
+        )
         return False
     return True
 
 
-def _publish_or_leave_to_sweep(operation_id: str, trace_id: str) -> None:
-    if not publish(operation_id, trace_id):
-        # Due now, not after OPERATION_STALE_AFTER: the first sweep once the
-        # broker is back publishes it.
-        _due_now([operation_id])
+def _publish(
+    operation_id: str,
+    trace_id: str,
+    *,
+    published_at: datetime,
+    countdown: float | None = None,
+) -> None:
+    if not publish(operation_id, trace_id, published_at=published_at, countdown=countdown):
+        _not_published([operation_id], due_at=published_at + timedelta(seconds=countdown or 0))
 
 
-def _after_publish() -> datetime:
-    """When a message published now is presumed lost if no worker has taken it."""
-    return timezone.now() + timedelta(seconds=settings.OPERATION_STALE_AFTER)
-
-
-def _due_now(operation_ids: list[str]) -> None:
+def _not_published(operation_ids: Sequence[str], *, due_at: datetime) -> None:
+    """Their messages never left: none of theirs is out, and the sweep sends one once due."""
     Operation.objects.filter(pk__in=operation_ids, status=Operation.Status.PROCESSING).update(
-        republish_at=timezone.now()
+        published_at=None, publications=F("publications") - 1, republish_at=due_at
     )
+
+
+# --- Attempts ---------------------------------------------------------------
 
 
 def claim_operation(operation_id: str) -> Operation | None:
@@ -103,6 +160,8 @@ def claim_operation(operation_id: str) -> Operation | None:
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .update(
             claimed_until=_lease_end(now),
+            # The sweep's next look is when the lease would lapse.
+            republish_at=_lease_end(now),
             attempts=F("attempts") + 1,
             updated_at=now,
         )
@@ -110,12 +169,137 @@ def claim_operation(operation_id: str) -> Operation | None:
     return Operation.objects.get(pk=operation_id) if claimed else None
 
 
+@dataclass(frozen=True)
+class _Retry:
+    """An attempt that failed, to be followed by another after ``delay`` seconds."""
+
+    failure: Failure
+    delay: float
+
+
+def attempt_operation(operation: Operation) -> None:
+    """Make one attempt at a claimed operation.
+
+    Every attempt counts against ``OPERATION_MAX_ATTEMPTS``, whatever ends
+    it: an exception its kind's retry policy names (a provider's timeout),
+    any other (a bug, an answer the code does not expect), or the loss of
+    the worker making it. The handler runs on at most that many of them; a
+    failed attempt before the last is retried after the policy's backoff,
+    and after the last one the kind gives the operation up
+    (:class:`operations.registry.OperationKind`), which ends it.
+    """
+    kind = registry.kind_of(operation)
+    with lease_kept(operation):
+        retry = _attempt(operation, kind)
+    # The lease is given up once its renewals have stopped, and only then
+    # is the next attempt's message sent.
+    if retry is not None:
+        _retry_later(operation, retry)
+
+
+def _attempt(operation: Operation, kind: OperationKind) -> _Retry | None:
+    budget = settings.OPERATION_MAX_ATTEMPTS
+    if operation.attempts > budget:
+        # Attempts that ended without a verdict spent the budget: the
+        # worker of the last one was lost, or the operation could not be
+        # ended yet (_give_up).
+        return _give_up(operation, kind, _last_failure(operation))
+    try:
+        kind.handler(operation)
+    except Exception as exc:
+        failure = _failure_of(exc, kind, operation)
+        if operation.attempts < budget:
+            return _Retry(failure, kind.retry.delay(operation.attempts))
+        return _give_up(operation, kind, failure)
+    return None
+
+
+def _failure_of(exc: Exception, kind: OperationKind, operation: Operation) -> Failure:
+    if isinstance(exc, kind.retry.on):
+        return Failure(kind.retry.error, str(exc) or kind.retry.error)
+    # A bug, or an answer nobody expected: its traceback, once per attempt,
+    # in the trace of the request that started the operation. The client
+    # is told only that it failed on our side.
+    logger.error(
+        "operation attempt failed unexpectedly",
+        attempts=operation.attempts,
+        budget=settings.OPERATION_MAX_ATTEMPTS,
+        # The exception itself, not True: a handler that formats the record
+        # later (in another thread, or a test's) still gets its traceback.
+        exc_info=exc,
+    )
+    return Failure(INTERNAL_ERROR, _UNEXPECTED)
+
+
+def _last_failure(operation: Operation) -> Failure:
+    return Failure(operation.error_code or INTERNAL_ERROR, operation.error_message or _UNEXPECTED)
+
+
+def _give_up(operation: Operation, kind: OperationKind, failure: Failure) -> _Retry | None:
+    """End an operation whose attempts have run out; a retry if it cannot be ended yet."""
+    try:
+        (kind.give_up or fail_operation)(operation, failure)
+    except Exception as exc:
+        # Ending it needs an answer that is not there yet: the provider's,
+        # about what it holds under the operation's key, or the database's.
+        # Work the provider may have done is never called failed, so the
+        # question is asked again, after the longest backoff.
+        expected = isinstance(exc, kind.retry.on)
+        (logger.warning if expected else logger.error)(
+            "could not end the operation yet; asking again later",
+            reason=str(exc),
+            retry_in_s=kind.retry.max_delay,
+            exc_info=None if expected else exc,
+        )
+        return _Retry(failure, kind.retry.max_delay)
+    logger.info("operation ended after its last attempt", last_failure=failure.code)
+    return None
+
+
+def _retry_later(operation: Operation, retry: _Retry) -> None:
+    """Give the claim up, record why the attempt failed, and send the next attempt's message.
+
+    Should that message be lost, the sweep publishes the operation again
+    once the retry is overdue.
+    """
+    now = timezone.now()
+    # Only while this attempt is the last one claimed: a worker that took
+    # the operation over after this one's lease lapsed keeps it.
+    released = Operation.objects.filter(
+        pk=operation.pk, status=Operation.Status.PROCESSING, attempts=operation.attempts
+    ).update(
+        claimed_until=None,
+        error_code=retry.failure.code,
+        error_message=retry.failure.message[:500],
+        published_at=now,
+        publications=F("publications") + 1,
+        republish_at=now + timedelta(seconds=retry.delay) + _stale_after(),
+        updated_at=now,
+    )
+    if released:
+        logger.info(
+            "operation will be retried",
+            retry_in_s=retry.delay,
+            error=retry.failure.code,
+            reason=retry.failure.message,
+        )
+        _publish(operation.id, operation.trace_id, published_at=now, countdown=retry.delay)
+
+
+def fail_operation(operation: Operation, failure: Failure) -> None:
+    """End the operation failed with ``failure``: the give-up of a kind that needs no other."""
+    finish_operation(
+        operation, succeeded=False, error_code=failure.code, error_message=failure.message
+    )
+
+
 def renew_lease(operation: Operation) -> bool:
     """Hold the claimed operation for another lease; False if it is no longer held."""
+    lease_end = _lease_end(timezone.now())
     return bool(
         Operation.objects.filter(
             pk=operation.pk, status=Operation.Status.PROCESSING, claimed_until__isnull=False
-        ).update(claimed_until=_lease_end(timezone.now()))
+        ).update(claimed_until=lease_end, republish_at=lease_end)
     )
 
 
@@ -143,7 +327,9 @@ def lease_kept(operation: Operation) -> Iterator[None]:
             except DatabaseError:
                 # The worker's own statements will fail too; if the database
                 # is back before the lease lapses, the next renewal holds it.
-                logger.warning("Could not renew the lease of %s", operation.pk, exc_info=True)
+                logging.getLogger(__name__).warning(
+                    "Could not renew the lease of %s", operation.pk, exc_info=True
+                )
             finally:
                 connection.close()
 
@@ -154,20 +340,6 @@ def lease_kept(operation: Operation) -> Iterator[None]:
     finally:
         stop.set()
         renewer.join()
-
-
-def release_operation(operation: Operation, *, retry_in: float) -> None:
-    """Give up the claim for a retry that a message will bring in ``retry_in`` seconds.
-
-    Should that message be lost too, the sweep publishes the operation once
-    it is overdue.
-    """
-    now = timezone.now()
-    Operation.objects.filter(pk=operation.pk, status=Operation.Status.PROCESSING).update(
-        claimed_until=None,
-        republish_at=now + timedelta(seconds=retry_in + settings.OPERATION_STALE_AFTER),
-        updated_at=now,
-    )
 
 
 def finish_operation(
@@ -183,36 +355,93 @@ def finish_operation(
         Operation.objects.filter(pk=operation.pk, status=Operation.Status.PROCESSING).update(
             status=status,
             error_code=error_code,
-            error_message=error_message,
+            error_message=error_message[:500],
             claimed_until=None,
             updated_at=timezone.now(),
         )
     )
 
 
-def sweep_stale_operations() -> int:
+# --- The sweep --------------------------------------------------------------
+
+
+def sweep_lost_operations(*, received_up_to: datetime | None = None) -> int:
     """Publish again the operations whose message is presumed lost; returns how many.
 
-    An operation is due when its ``republish_at`` has passed and no worker
-    holds its lease: its publish failed (the broker was down), its message
-    was lost with a worker that died holding it, or its worker died
-    mid-attempt. Every worker sweeps (operations.worker), so several sweeps
-    may run at once: ``SKIP LOCKED`` gives each due operation to one of
-    them, which moves it ahead before it publishes.
+    An operation that no worker holds, past its ``republish_at``, has lost
+    its message when:
+
+    - its publish failed (``published_at`` is None);
+    - the worker that claimed it stopped renewing its lease (the message
+      was that worker's);
+    - the queue has moved past it: the sweeping worker has received a
+      message published ``OPERATION_STALE_AFTER`` or more after the
+      operation's own (``received_up_to``, from
+      :class:`operations.worker.QueuePosition`); the queue being first in,
+      first out, the operation's message left the queue before that one,
+      and the worker that took it would have claimed the operation;
+    - or the broker's queue is empty, and its message was published
+      ``OPERATION_STALE_AFTER`` ago or more.
+
+    One that merely waits behind others in the queue is none of these,
+    however long it waits: a backlog gets no copies, and drains at the
+    workers' rate. The margin of ``OPERATION_STALE_AFTER`` covers clocks
+    that differ between the machines that publish.
+
+    Every worker sweeps (operations.worker), so several sweeps may run at
+    once: ``SKIP LOCKED`` gives each lost operation to one of them, which
+    records the copy before it publishes it.
     """
     now = timezone.now()
+    lost = Q(published_at__isnull=True) | Q(claimed_until__lt=now)
+    passed = now - _stale_after() if _queue_is_empty() else None
+    if passed is None and received_up_to is not None:
+        passed = received_up_to - _stale_after()
+    if passed is not None:
+        lost |= Q(published_at__lt=passed)
     with transaction.atomic():
         due = list(
             Operation.objects.select_for_update(skip_locked=True)
             .filter(status=Operation.Status.PROCESSING, republish_at__lte=now)
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+            .filter(lost)
             .order_by("republish_at")
-            .values_list("pk", "trace_id")[:SWEEP_BATCH]
+            .values_list("pk", "trace_id", "claimed_until")[:SWEEP_BATCH]
         )
-        Operation.objects.filter(pk__in=[pk for pk, _ in due]).update(republish_at=_after_publish())
-    for published, (operation_id, trace_id) in enumerate(due):
-        if not publish(operation_id, trace_id):
+        if abandoned := [pk for pk, _, claimed_until in due if claimed_until is not None]:
+            # The last attempt's failure, for the operator and for the error
+            # the operation ends with if it was the last.
+            Operation.objects.filter(pk__in=abandoned).update(
+                error_code=INTERNAL_ERROR, error_message=_WORKER_LOST
+            )
+        Operation.objects.filter(pk__in=[pk for pk, _, _ in due]).update(
+            claimed_until=None,
+            published_at=now,
+            publications=F("publications") + 1,
+            republish_at=now + _stale_after(),
+        )
+    for sent, (operation_id, trace_id, _) in enumerate(due):
+        if not publish(operation_id, trace_id, published_at=now):
             # The broker is down: the rest are due again at the next sweep.
-            _due_now([pk for pk, _ in due[published:]])
-            return published
+            _not_published([pk for pk, _, _ in due[sent:]], due_at=now)
+            return sent
     return len(due)
+
+
+def _queue_is_empty() -> bool:
+    """Whether no message waits in the operations' queue; False when the broker cannot say."""
+    app = current_app
+    try:
+        with app.connection_for_read() as conn, conn.channel() as channel:
+            try:
+                _, waiting, _ = channel.queue_declare(
+                    queue=app.conf.task_default_queue, passive=True
+                )
+            except conn.channel_errors:
+                # No such queue: nothing was ever sent to it, or (Redis) it
+                # was emptied, and Redis drops an empty list.
+                return True
+    except Exception as exc:
+        logger.warning("could not read the queue's length", reason=str(exc))
+        return False
+    return bool(waiting == 0)

@@ -259,7 +259,12 @@ create_payment = command_schema(
 get_payment = read_schema(
     operation_id="getPayment",
     summary="Read a payment",
-    description="A declined payment is `failed` with its `failureCode`.",
+    description=(
+        "A payment that failed is `failed` with its `failureCode`: `card_declined` (the "
+        "provider refused the card), `provider_unavailable` (the provider kept refusing "
+        "every attempt and holds no charge for it) or `processing_error` (its attempts "
+        "failed on our side, and the provider holds no charge). The order can be paid again."
+    ),
     tag="payments",
     response=OpenApiResponse(PaymentOutput, "The payment."),
     refusals=[not_found("payment", "pay_8d2k4n6p0r1t3v5x7z9b2c4e6")],

@@ -26,6 +26,7 @@ from api.conditional import IfMatch
 from api.ids import new_id
 from operations import registry
 from operations.models import Operation
+from operations.registry import Failure
 from operations.services import finish_operation, start_operation
 from orders.errors import (
     AmountMismatch,
@@ -47,14 +48,19 @@ CHARGE_PAYMENT = "payment.charge"
 REFUND_ORDER = "order.refund"
 
 
+# The error a charge or refund ends with when the provider kept refusing it.
+PROVIDER_UNAVAILABLE = "ProviderUnavailable"
+
+
 def _payment_retry_backoff() -> float:
     return settings.PAYMENT_RETRY_BACKOFF
 
 
 # A provider call whose outcome is unknown is retried with the same provider
-# key, after PAYMENT_RETRY_BACKOFF seconds, doubling each time up to a minute.
+# key, after PAYMENT_RETRY_BACKOFF seconds, doubling each time up to a
+# minute, until OPERATION_MAX_ATTEMPTS attempts have been made.
 _PROVIDER_RETRY = registry.RetryPolicy(
-    on=(ProviderUnavailable,), first_delay=_payment_retry_backoff
+    on=(ProviderUnavailable,), error=PROVIDER_UNAVAILABLE, first_delay=_payment_retry_backoff
 )
 
 
@@ -311,7 +317,45 @@ def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, 
     return payment, operation
 
 
-@registry.register(CHARGE_PAYMENT, result_path=payment_path, retry=_PROVIDER_RETRY)
+def settle_charge(operation: Operation, failure: Failure) -> None:
+    """End a charge whose attempts have run out, as the provider says it ended.
+
+    An attempt that timed out may have charged, so the provider is asked
+    what it holds under the payment's key before the payment is called
+    failed. A charge it holds is the payment's outcome, as if the last
+    attempt had received its answer; if it holds none, nothing was charged,
+    the payment fails with ``failure``, and the order can be paid again.
+
+    :raises ProviderUnavailable: the provider could not say; it is asked again later.
+    """
+    payment = Payment.objects.get(pk=operation.result_id)
+    held = get_gateway().look_up(provider_key=payment.provider_key)
+    if held is not None:
+        _record_charge(operation, payment, held)
+        return
+    if failure.code == PROVIDER_UNAVAILABLE:
+        failure_code, why = "provider_unavailable", "The payment provider did not answer"
+    else:
+        failure_code, why = "processing_error", "The payment failed on our side"
+    with transaction.atomic():
+        _lock_order_row(payment.order_id)
+        if not finish_operation(
+            operation,
+            succeeded=False,
+            error_code=failure.code,
+            error_message=(
+                f"{why}; the provider holds no charge for it, and the order can be paid again."
+            ),
+        ):
+            return  # another attempt recorded the outcome first
+        Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
+            status=Payment.Status.FAILED, failure_code=failure_code, updated_at=timezone.now()
+        )
+
+
+@registry.register(
+    CHARGE_PAYMENT, result_path=payment_path, retry=_PROVIDER_RETRY, give_up=settle_charge
+)
 def charge_payment(operation: Operation) -> None:
     """Charge the operation's payment and record the outcome.
 
@@ -325,6 +369,11 @@ def charge_payment(operation: Operation) -> None:
         currency=payment.currency,
         payment_method=payment.payment_method,
     )
+    _record_charge(operation, payment, result)
+
+
+def _record_charge(operation: Operation, payment: Payment, result: ProviderResult) -> None:
+    """The provider's answer to a charge: the operation, the payment and the order, together."""
     now = timezone.now()
     with transaction.atomic():
         _lock_order_row(payment.order_id)
@@ -356,25 +405,68 @@ def _start_refund(order: Order) -> Operation:
     return under_way or start_operation(tenant=order.tenant, kind=REFUND_ORDER, result_id=order.id)
 
 
-@registry.register(REFUND_ORDER, result_path=order_path, retry=_PROVIDER_RETRY)
+def settle_refund(operation: Operation, failure: Failure) -> None:
+    """End a refund whose attempts have run out, as the provider says it ended.
+
+    As for a charge (:func:`settle_charge`): a refund the provider holds is
+    the outcome; if it holds none, the refund fails, the order stays paid,
+    and cancelling it again asks for a new refund.
+
+    :raises ProviderUnavailable: the provider could not say; it is asked again later.
+    """
+    payment = _paid(operation)
+    held = get_gateway().look_up(provider_key=_refund_key(operation))
+    if held is not None:
+        _record_refund(operation, payment, held)
+        return
+    with transaction.atomic():
+        _lock_order_row(payment.order_id)
+        finish_operation(
+            operation,
+            succeeded=False,
+            error_code=failure.code,
+            error_message=(
+                "The refund could not be made, and the provider holds none: the order is "
+                "still paid, and cancelling it again asks for a new refund."
+            ),
+        )
+
+
+@registry.register(
+    REFUND_ORDER, result_path=order_path, retry=_PROVIDER_RETRY, give_up=settle_refund
+)
 def refund_order(operation: Operation) -> None:
     """Refund the order's payment, then mark it refunded and the order cancelled.
 
     :raises ProviderUnavailable: the outcome is unknown; retry.
     """
-    payment = Payment.objects.get(
-        order__tenant=operation.tenant_id,
-        order__id=operation.result_id,
-        status=Payment.Status.SUCCEEDED,
-    )
+    payment = _paid(operation)
     result = get_gateway().refund(
-        # Derived from the refund operation: its retries and redeliveries are
-        # one refund, and a new refund after a declined one is a new call.
-        provider_key=f"refund-{operation.id}",
+        provider_key=_refund_key(operation),
         payment_id=payment.id,
         amount=payment.amount,
         currency=payment.currency,
     )
+    _record_refund(operation, payment, result)
+
+
+def _paid(refund: Operation) -> Payment:
+    """The payment a refund operation gives back."""
+    return Payment.objects.get(
+        order__tenant=refund.tenant_id,
+        order__id=refund.result_id,
+        status=Payment.Status.SUCCEEDED,
+    )
+
+
+def _refund_key(refund: Operation) -> str:
+    # Derived from the refund operation: its retries and redeliveries are
+    # one refund, and a new refund after a declined one is a new call.
+    return f"refund-{refund.id}"
+
+
+def _record_refund(operation: Operation, payment: Payment, result: ProviderResult) -> None:
+    """The provider's answer to a refund: the operation, the payment and the order, together."""
     now = timezone.now()
     with transaction.atomic():
         _lock_order_row(payment.order_id)

@@ -55,6 +55,18 @@ class PaymentGateway(Protocol):
         """
         ...
 
+    def look_up(self, *, provider_key: str) -> ProviderResult | None:
+        """What the provider made under ``provider_key``: its charge or refund, or None.
+
+        Asked before a charge or refund whose attempts have run out is called
+        failed, since an attempt that timed out may have made it. Real
+        providers answer it from their own records (retrieving a charge by
+        the caller's reference or idempotency key).
+
+        :raises ProviderUnavailable: the provider could not say.
+        """
+        ...
+
 
 def get_gateway() -> PaymentGateway:
     """The configured provider (``PAYMENT_GATEWAY``, a dotted path to a class)."""

@@ -38,7 +38,10 @@ class LedgerEntry(models.Model):
 
 
 class Attempt(models.Model):
-    """How many calls the simulated provider has seen per key (drives pm_card_flaky)."""
+    """How many charge and refund calls the simulated provider has seen per key.
+
+    It drives ``pm_card_flaky``; look-ups are not counted.
+    """
 
     provider_key = models.CharField(primary_key=True, max_length=100)
     count = models.PositiveIntegerField(default=0)

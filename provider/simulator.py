@@ -9,6 +9,10 @@ any other):
   lost (a timeout), the second answers 503, and later calls succeed with
   the charge made by the first, which only a caller that reuses its
   provider key gets right.
+- ``pm_card_provider_down``: every call is refused with a 503 before
+  anything is charged, as by a provider in an outage; its look-up
+  (:meth:`SimulatedProvider.look_up`, another service at a real
+  provider) still answers, and finds nothing.
 
 It deduplicates by provider key and keeps its own ledger
 (``manage.py provider_ledger``) in transactions of its own, as a remote
@@ -31,6 +35,7 @@ from provider.models import Attempt, LedgerEntry
 OK = "pm_card_ok"
 DECLINED = "pm_card_declined"
 FLAKY = "pm_card_flaky"
+PROVIDER_DOWN = "pm_card_provider_down"
 # pm_card_flaky fails this many calls per key before it answers.
 FLAKY_FAILURES = 2
 
@@ -42,6 +47,11 @@ class SimulatedProvider:
         FLAKY: (
             "The provider times out, then answers 503, then succeeds: the worker "
             "retries and the customer is charged once."
+        ),
+        PROVIDER_DOWN: (
+            "The provider refuses every call with a 503, charging nothing: after "
+            "`OPERATION_MAX_ATTEMPTS` attempts the payment fails with "
+            '`failureCode: "provider_unavailable"`.'
         ),
     }
 
@@ -55,6 +65,8 @@ class SimulatedProvider:
         payment_method: str,
     ) -> ProviderResult:
         attempt = self._count_attempt(provider_key)
+        if payment_method == PROVIDER_DOWN:
+            raise ProviderUnavailable("503 Service Unavailable")
         if payment_method == FLAKY and attempt == FLAKY_FAILURES:
             raise ProviderUnavailable("503 Service Unavailable")
         entry = self._record_once(
@@ -86,11 +98,21 @@ class SimulatedProvider:
         )
         return self._result(entry)
 
+    def look_up(self, *, provider_key: str) -> ProviderResult | None:
+        self._call()
+        entry = LedgerEntry.objects.filter(provider_key=provider_key).first()
+        return None if entry is None else self._result(entry)
+
     @staticmethod
-    def _count_attempt(provider_key: str) -> int:
+    def _call() -> None:
         if transaction.get_connection().in_atomic_block:
             raise RuntimeError("Call the payment provider outside any database transaction.")
         time.sleep(settings.PAYMENT_PROVIDER_LATENCY)
+
+    @classmethod
+    def _count_attempt(cls, provider_key: str) -> int:
+        """Count a charge or refund call under ``provider_key``; the count, this one included."""
+        cls._call()
         with transaction.atomic():
             attempt, _ = Attempt.objects.select_for_update().get_or_create(
                 provider_key=provider_key

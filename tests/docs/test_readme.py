@@ -44,7 +44,8 @@ print(json.dumps({
         name: getattr(settings, name)
         for name in (
             "IDEMPOTENCY_KEY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_LOCK_TIMEOUT",
-            "PAYMENT_RETRY_BACKOFF", "OPERATION_STALE_AFTER", "OPERATION_LEASE",
+            "PAYMENT_RETRY_BACKOFF", "OPERATION_MAX_ATTEMPTS", "OPERATION_STALE_AFTER",
+            "OPERATION_LEASE",
         )
     },
 }))

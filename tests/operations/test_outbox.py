@@ -11,13 +11,7 @@ from pytest_django import Settings
 
 from config.celery import app
 from operations.models import Operation
-from operations.services import (
-    claim_operation,
-    lease_kept,
-    publish,
-    release_operation,
-    sweep_stale_operations,
-)
+from operations.services import claim_operation, lease_kept, publish, sweep_lost_operations
 from provider.models import LedgerEntry
 from tests.support.concurrency import (
     FinishedOperation,
@@ -75,11 +69,13 @@ def test_a_command_committed_while_the_broker_is_down_is_done_once_it_is_back(
     operation_id = response.json()["operationId"]
     operation = Operation.objects.get(pk=operation_id)
     assert operation.status == Operation.Status.PROCESSING
-    # Due at once, not after OPERATION_STALE_AFTER: its publish failed.
+    # Due at once, not after OPERATION_STALE_AFTER: its publish failed, and
+    # no message of it is out.
     assert operation.republish_at <= timezone.now()
+    assert (operation.published_at, operation.publications) == (None, 0)
     assert LedgerEntry.objects.count() == 0
     # The broker is back (this process's broker is up); the sweep finds the work.
-    assert sweep_stale_operations() == 1
+    assert sweep_lost_operations() == 1
     assert finished_operation(operation_id).status == Operation.Status.SUCCEEDED
     assert LedgerEntry.objects.count() == 1
 
@@ -95,11 +91,13 @@ def test_an_operation_of_a_dead_worker_is_picked_up_again_by_the_sweep(
     app.control.purge()
 
     with running_worker():
-        while_held = sweep_stale_operations()
+        while_held = sweep_lost_operations()
+        # Its lease lapses (the sweep looks again when it ends).
+        lapsed = timezone.now() - timedelta(seconds=1)
         Operation.objects.filter(pk=accepted["operationId"]).update(
-            claimed_until=timezone.now() - timedelta(seconds=1)
+            claimed_until=lapsed, republish_at=lapsed
         )
-        after_lapse = sweep_stale_operations()
+        after_lapse = sweep_lost_operations()
         operation = finished_operation(accepted["operationId"])
 
     assert while_held == 0
@@ -122,14 +120,20 @@ def test_publishing_twice_is_harmless(
     assert LedgerEntry.objects.count() == 1
 
 
-def test_concurrent_sweeps_publish_each_due_operation_once(api: Api, broker: None) -> None:
+def test_concurrent_sweeps_publish_each_lost_operation_once(api: Api, broker: None) -> None:
     accepted = [pay(api, key=f"p{i}")["operationId"] for i in range(6)]
     app.control.purge()
-    Operation.objects.update(republish_at=timezone.now() - timedelta(seconds=1))
+    # Their publishes failed: each is lost, whatever the queue holds.
+    Operation.objects.update(
+        published_at=None, publications=0, republish_at=timezone.now() - timedelta(seconds=1)
+    )
 
-    published = run_concurrently(4, lambda _: sweep_stale_operations())
+    published = run_concurrently(4, lambda _: sweep_lost_operations())
 
     assert sum(published) == len(accepted)
+    assert sorted(Operation.objects.values_list("publications", flat=True)) == [1] * 6
+    with app.connection_for_read() as conn:
+        assert conn.default_channel.queue_declare(queue="celery", passive=True).message_count == 6
     # Each is due again only if no worker takes it meanwhile.
     assert not Operation.objects.filter(republish_at__lte=timezone.now()).exists()
 
@@ -150,19 +154,4 @@ def test_a_worker_renews_its_lease_while_it_works(
         renewed = Operation.objects.get(pk=operation.pk)
 
     assert renewed.status == Operation.Status.PROCESSING
-    assert sweep_stale_operations() == 0
-
-
-def test_an_operation_released_for_a_retry_is_due_only_after_it(
-    api: Api, broker: None, settings: Settings
-) -> None:
-    settings.OPERATION_STALE_AFTER = 10
-    operation = claim_operation(pay(api)["operationId"])
-    assert operation is not None
-
-    release_operation(operation, retry_in=5)
-
-    released = Operation.objects.get(pk=operation.pk)
-    assert released.claimed_until is None
-    assert released.republish_at > timezone.now() + timedelta(seconds=14)
-    assert sweep_stale_operations() == 0
+    assert sweep_lost_operations() == 0

@@ -63,8 +63,8 @@ def backend_waiting_on_a_lock() -> bool:
 
 
 @contextmanager
-def running_worker() -> Iterator[None]:
-    """A real Celery worker, in a thread of this process, on the real broker.
+def running_worker() -> Iterator[Any]:
+    """A real Celery worker, in a thread of this process, on the real broker; the worker.
 
     Tasks are published after commit and travel through the broker, as in
     production: nothing runs eagerly.
@@ -75,6 +75,6 @@ def running_worker() -> Iterator[None]:
 
     with start_worker(
         app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
-    ):
-        yield
+    ) as worker:
+        yield worker
     connections.close_all()
