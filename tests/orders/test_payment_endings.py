@@ -93,6 +93,10 @@ def test_a_provider_that_refuses_every_call_fails_the_payment_and_charges_nothin
     assert operation.attempts == 3
     assert Attempt.objects.get().count == 3  # three charges asked for, none made
     assert not LedgerEntry.objects.exists()
+    # A message that arrives after the end (a redelivery, a late copy).
+    run_operation.run(operation_id=operation.id)
+    assert Operation.objects.get(pk=operation.id).attempts == 3
+    assert Attempt.objects.get().count == 3
     polled = body_of(api.get(f"/v1/operations/{operation.id}"))
     assert polled["status"] == "failed"
     assert polled["error"]["error"] == "ProviderUnavailable"
