@@ -15,7 +15,6 @@ The life of an operation (docs/SPECIFICATION.md §4 rules 9 and 10):
    the queue.
 """
 
-import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -327,8 +326,8 @@ def lease_kept(operation: Operation) -> Iterator[None]:
             except DatabaseError:
                 # The worker's own statements will fail too; if the database
                 # is back before the lease lapses, the next renewal holds it.
-                logging.getLogger(__name__).warning(
-                    "Could not renew the lease of %s", operation.pk, exc_info=True
+                logger.warning(
+                    "could not renew the lease", operation_id=operation.pk, exc_info=True
                 )
             finally:
                 connection.close()

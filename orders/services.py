@@ -337,20 +337,15 @@ def settle_charge(operation: Operation, failure: Failure) -> None:
         failure_code, why = "provider_unavailable", "The payment provider did not answer"
     else:
         failure_code, why = "processing_error", "The payment failed on our side"
-    with transaction.atomic():
-        _lock_order_row(payment.order_id)
-        if not finish_operation(
-            operation,
-            succeeded=False,
-            error_code=failure.code,
-            error_message=(
-                f"{why}; the provider holds no charge for it, and the order can be paid again."
-            ),
-        ):
-            return  # another attempt recorded the outcome first
-        Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
-            status=Payment.Status.FAILED, failure_code=failure_code, updated_at=timezone.now()
-        )
+    _record_charge(
+        operation,
+        payment,
+        ProviderResult(charge_id="", succeeded=False, failure_code=failure_code),
+        error=Failure(
+            failure.code,
+            f"{why}; the provider holds no charge for it, and the order can be paid again.",
+        ),
+    )
 
 
 @registry.register(
@@ -372,12 +367,18 @@ def charge_payment(operation: Operation) -> None:
     _record_charge(operation, payment, result)
 
 
-def _record_charge(operation: Operation, payment: Payment, result: ProviderResult) -> None:
-    """The provider's answer to a charge: the operation, the payment and the order, together."""
+def _record_charge(
+    operation: Operation, payment: Payment, result: ProviderResult, *, error: Failure | None = None
+) -> None:
+    """The outcome of a charge: the operation, the payment and the order, together.
+
+    ``error`` is the operation's error when the charge failed other than by
+    the provider's refusal (its attempts ran out).
+    """
     now = timezone.now()
     with transaction.atomic():
         _lock_order_row(payment.order_id)
-        if not _finish(operation, result, declined="PaymentDeclined", what="payment"):
+        if not _finish(operation, result, declined="PaymentDeclined", what="payment", error=error):
             return  # another attempt recorded the outcome first
         Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
             status=Payment.Status.SUCCEEDED if result.succeeded else Payment.Status.FAILED,
@@ -419,17 +420,16 @@ def settle_refund(operation: Operation, failure: Failure) -> None:
     if held is not None:
         _record_refund(operation, payment, held)
         return
-    with transaction.atomic():
-        _lock_order_row(payment.order_id)
-        finish_operation(
-            operation,
-            succeeded=False,
-            error_code=failure.code,
-            error_message=(
-                "The refund could not be made, and the provider holds none: the order is "
-                "still paid, and cancelling it again asks for a new refund."
-            ),
-        )
+    _record_refund(
+        operation,
+        payment,
+        ProviderResult(charge_id="", succeeded=False),
+        error=Failure(
+            failure.code,
+            "The refund could not be made, and the provider holds none: the order is "
+            "still paid, and cancelling it again asks for a new refund.",
+        ),
+    )
 
 
 @registry.register(
@@ -465,12 +465,18 @@ def _refund_key(refund: Operation) -> str:
     return f"refund-{refund.id}"
 
 
-def _record_refund(operation: Operation, payment: Payment, result: ProviderResult) -> None:
-    """The provider's answer to a refund: the operation, the payment and the order, together."""
+def _record_refund(
+    operation: Operation, payment: Payment, result: ProviderResult, *, error: Failure | None = None
+) -> None:
+    """The outcome of a refund: the operation, the payment and the order, together.
+
+    ``error`` is the operation's error when the refund failed other than by
+    the provider's refusal (its attempts ran out).
+    """
     now = timezone.now()
     with transaction.atomic():
         _lock_order_row(payment.order_id)
-        if not _finish(operation, result, declined="RefundDeclined", what="refund"):
+        if not _finish(operation, result, declined="RefundDeclined", what="refund", error=error):
             return  # another attempt recorded the outcome first
         if not result.succeeded:
             return  # the order stays paid; cancelling again starts a new refund
@@ -480,13 +486,21 @@ def _record_refund(operation: Operation, payment: Payment, result: ProviderResul
         )
 
 
-def _finish(operation: Operation, result: ProviderResult, *, declined: str, what: str) -> bool:
-    """Record the provider's answer on the operation; False if it was finished already."""
+def _finish(
+    operation: Operation,
+    result: ProviderResult,
+    *,
+    declined: str,
+    what: str,
+    error: Failure | None = None,
+) -> bool:
+    """Record the outcome on the operation; False if it was finished already.
+
+    A failure is the provider's refusal (``declined``) unless ``error`` says otherwise.
+    """
     if result.succeeded:
         return finish_operation(operation, succeeded=True)
+    error = error or Failure(declined, f"The provider declined the {what} ({result.failure_code}).")
     return finish_operation(
-        operation,
-        succeeded=False,
-        error_code=declined,
-        error_message=f"The provider declined the {what} ({result.failure_code}).",
+        operation, succeeded=False, error_code=error.code, error_message=error.message
     )
