@@ -6,6 +6,7 @@ The sweep tells the two apart by the queue's position (docs/SPECIFICATION.md
 still untaken. However long a backlog, its operations get no copies.
 """
 
+import os
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -169,3 +170,43 @@ def test_a_worker_knows_the_newest_publish_time_it_has_received(
     assert received_up_to is not None
     assert newest is not None
     assert abs((received_up_to - newest).total_seconds()) < 0.001
+
+
+class _Consumer:
+    """What the sweep step needs of Celery's consumer: a timer it is not running."""
+
+    def __init__(self) -> None:
+        from kombu.asynchronous.timer import Timer
+
+        self.timer = Timer()
+
+
+def test_reconnections_add_no_signal_receivers(broker: None) -> None:
+    from celery.signals import task_received
+
+    consumer = _Consumer()
+    step = OperationSweep(consumer)
+    receivers = len(task_received.receivers)
+
+    # Celery stops and starts the consumer's steps at each reconnection.
+    counts = []
+    for _ in range(5):
+        step.start(consumer)
+        counts.append(len(task_received.receivers))
+        step.stop(consumer)
+
+    assert counts == [receivers + 1] * 5
+    assert len(task_received.receivers) == receivers
+
+
+def test_sweeps_leave_no_connection_open(api: Api, broker: None) -> None:
+    # Each sweep reads the queue's length over a connection of its own; a
+    # worker sweeps every 2 s for months.
+    pay(api, 1)
+    sweep_lost_operations()
+    open_before = len(os.listdir("/proc/self/fd"))
+
+    for _ in range(200):
+        sweep_lost_operations()
+
+    assert len(os.listdir("/proc/self/fd")) <= open_before + 2
