@@ -334,7 +334,7 @@ def settle_charge(operation: Operation, failure: Failure) -> None:
         _record_charge(operation, payment, held)
         return
     if failure.code == PROVIDER_UNAVAILABLE:
-        failure_code, why = "provider_unavailable", "The payment provider did not answer"
+        failure_code, why = "provider_unavailable", "The payment provider kept refusing the charge"
     else:
         failure_code, why = "processing_error", "The payment failed on our side"
     _record_charge(
@@ -342,8 +342,7 @@ def settle_charge(operation: Operation, failure: Failure) -> None:
         payment,
         ProviderResult(charge_id="", succeeded=False, failure_code=failure_code),
         error=Failure(
-            failure.code,
-            f"{why}; the provider holds no charge for it, and the order can be paid again.",
+            failure.code, f"{why}, and nothing was charged: the order can be paid again."
         ),
     )
 
