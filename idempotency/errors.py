@@ -16,8 +16,8 @@ class IdempotencyKeyInvalid(ApplicationError):
     code = "IdempotencyKeyInvalid"
     title = "Idempotency-Key invalid"
     default_message = (
-        f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} visible ASCII characters (! to ~), "
-        'plain or as a structured-field string ("…").'
+        f"Idempotency-Key must be one key of 1 to {MAX_KEY_LENGTH} visible ASCII characters "
+        '(! to ~, no comma), plain or as a structured-field string ("…"), sent once.'
     )
 
 

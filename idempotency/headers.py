@@ -9,8 +9,12 @@ from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyRequired
 from idempotency.policy import MAX_KEY_LENGTH
 
 HEADER = "Idempotency-Key"
-# A key, as the header carries it in its plain form (docs/SPECIFICATION.md §3 rule 1).
-KEY_PATTERN = re.compile(rf"[!-~]{{1,{MAX_KEY_LENGTH}}}")
+# A key, as the header carries it in its plain form (docs/SPECIFICATION.md §3 rule 1):
+# visible ASCII but the comma. HTTP joins the lines of a header sent twice with
+# a comma (RFC 9110 §5.3), and so do gunicorn and nginx: a retry that repeated
+# the header would name the key ``K,K`` and execute again. With no comma in a
+# key, a header sent twice, or a list of keys, is no key at all.
+KEY_PATTERN = re.compile(rf"[!-+\--~]{{1,{MAX_KEY_LENGTH}}}")
 
 
 def parse_idempotency_key(raw: str | None) -> str:
@@ -24,6 +28,7 @@ def parse_idempotency_key(raw: str | None) -> str:
     """
     if raw is None:
         raise IdempotencyKeyRequired()
+    # Optional white space around the value is not the key's (RFC 9110 §5.5).
     value = raw.strip(" \t")
     if value.startswith('"'):
         try:

@@ -127,7 +127,8 @@ def policy_markdown(answers: Iterable[tuple[int, str | None]] | None = None) -> 
     failures = _replayed_failures(all_stored_answers() if answers is None else answers)
     return (
         f"- **Format**: 1 to {policy.MAX_KEY_LENGTH} visible ASCII characters (`!` to `~`, "
-        "no space), in the "
+        "no space, no comma: HTTP joins a header sent twice with a comma, so the header "
+        "sent twice, or a list of keys, is `400 IdempotencyKeyInvalid`), in the "
         'plain form (`7f2c…`) or the structured-field string form (`"7f2c…"`); both '
         "name the same key. Missing: `400 IdempotencyKeyRequired`; otherwise malformed: "
         "`400 IdempotencyKeyInvalid`. Neither executes nor stores anything.\n"
@@ -160,7 +161,8 @@ def policy_markdown(answers: Iterable[tuple[int, str | None]] | None = None) -> 
 KEY_REQUIRED = Refusal(IdempotencyKeyRequired(), "the `Idempotency-Key` header is missing.")
 KEY_INVALID = Refusal(
     IdempotencyKeyInvalid(),
-    f"the key is empty, longer than {policy.MAX_KEY_LENGTH} characters or not visible ASCII.",
+    f"the key is empty, longer than {policy.MAX_KEY_LENGTH} characters, not visible ASCII, "
+    "has a comma, or the header was sent twice.",
 )
 
 
@@ -250,12 +252,12 @@ _ANSWERED_AROUND_THE_COMMAND = (
 )
 
 
-# Plain form: visible ASCII, not starting with a quote (that would be the
-# other form). Structured-field form (RFC 9651 String): the same characters
-# in quotes, with `"` and `\` escaped by a backslash.
+# Plain form: visible ASCII but the comma, not starting with a quote (that
+# would be the other form). Structured-field form (RFC 9651 String): the same
+# characters in quotes, with `"` and `\` escaped by a backslash.
 IDEMPOTENCY_KEY_PATTERN = (
-    rf"^(?:[!#-~][!-~]{{0,{policy.MAX_KEY_LENGTH - 1}}}"
-    rf'|"(?:[!#-\[\]-~]|\\["\\]){{1,{policy.MAX_KEY_LENGTH}}}")$'
+    rf"^(?:[!#-+\--~][!-+\--~]{{0,{policy.MAX_KEY_LENGTH - 1}}}"
+    rf'|"(?:[!#-+\--\[\]-~]|\\["\\]){{1,{policy.MAX_KEY_LENGTH}}}")$'
 )
 
 

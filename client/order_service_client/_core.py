@@ -141,9 +141,10 @@ def _order_body(
 
 
 def _check_key(key: str) -> str:
-    if not 1 <= len(key) <= _MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in key):
+    if not 1 <= len(key) <= _MAX_KEY_LENGTH or not all("!" <= c <= "~" and c != "," for c in key):
         raise ValueError(
-            f"an Idempotency-Key is 1 to {_MAX_KEY_LENGTH} visible ASCII characters (! to ~)"
+            f"an Idempotency-Key is 1 to {_MAX_KEY_LENGTH} visible ASCII characters"
+            " (! to ~, no comma)"
         )
     return key
 

@@ -110,7 +110,7 @@ def test_a_replay_is_reported() -> None:
     assert create(script, key="k").replayed
 
 
-@pytest.mark.parametrize("key", ["", "has space", "é", "x" * 256])
+@pytest.mark.parametrize("key", ["", "has space", "é", "x" * 256, "a,b"])
 def test_a_key_the_service_would_refuse_is_refused_before_sending(key: str) -> None:
     script = Script(answer(201, CREATED), time=FakeTime())
 

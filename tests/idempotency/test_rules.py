@@ -57,7 +57,11 @@ def test_missing_key_is_refused_and_nothing_happens(api: Api, order_body: dict[s
 
 @pytest.mark.parametrize(
     "bad_key",
-    ["", "   ", "a b", "x" * 256, "ключ", "tab\there", '"unterminated', '"a\\x"', '""'],
+    [
+        *("", "   ", "a b", "x" * 256, "ключ", "tab\there", '"unterminated', '"a\\x"', '""'),
+        # A comma: what HTTP makes of a header sent twice (K, K) or of a list.
+        *("K,K", "K,", ",K", '"K", "K"', '"a,b"'),
+    ],
 )
 def test_malformed_key_is_refused_and_nothing_happens(
     api: Api, order_body: dict[str, Any], bad_key: str
@@ -78,6 +82,23 @@ def test_any_visible_ascii_key_of_1_to_255_characters_is_accepted(
 
     assert response.status_code == 201
     assert IdempotencyKey.objects.get().key == good_key
+
+
+def test_the_header_sent_twice_is_refused_and_nothing_happens(
+    api: Api, order_body: dict[str, Any]
+) -> None:
+    # Django's test client cannot send a header twice; the WSGI server joins
+    # the lines as HTTP says (RFC 9110 §5.3), and this is what it hands over.
+    # tests/hostile/ sends the two lines through gunicorn and nginx.
+    first = api.post("/v1/orders", order_body, key="K")
+
+    twice = api.post("/v1/orders", order_body, key="K, K")
+
+    assert first.status_code == 201
+    assert twice.status_code == 400
+    assert problem(twice)["error"] == "IdempotencyKeyInvalid"
+    assert Order.objects.count() == 1
+    assert IdempotencyKey.objects.count() == 1
 
 
 def test_plain_and_structured_field_forms_name_the_same_key(
