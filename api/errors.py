@@ -11,6 +11,7 @@ off the request's transaction is not a bug: ``503 ServiceUnavailable``,
 with ``Retry-After`` (:func:`database_unavailable`).
 """
 
+import json
 import logging
 import sys
 from collections.abc import Mapping
@@ -241,17 +242,101 @@ def _render_api_exception(exc: drf.APIException) -> HttpResponse:
 
     if isinstance(exc, drf.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"nonFieldErrors": exc.detail}
+        details, omitted = bounded_details(detail)
+        message = "The request body is not valid; see details."
+        if omitted:
+            message += f" {omitted} more error{'s' * (omitted > 1)} not listed."
         return problem_response(
             status=exc.status_code,
             code=code,
             title=title,
-            message="The request body is not valid; see details.",
-            details=detail,
+            message=message,
+            details=details,
             headers=headers,
         )
     return problem_response(
         status=exc.status_code, code=code, title=title, message=str(exc.detail), headers=headers
     )
+
+
+# The most a validation error's details take, in bytes of JSON. The error is
+# stored with its key and replayed for a day, and a stored refusal is at most
+# 8 KiB (docs/SPECIFICATION.md §3 rule 12); the rest of the problem body
+# takes some 300 bytes. Every line of a 100-line order can be wrong in
+# several ways, which used to make a 50 KB error.
+MAX_DETAILS_BYTES = 7 * 1024 + 512
+
+
+class _Budget:
+    """Bytes left for details, and how many messages did not fit."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.omitted = 0
+
+    def take(self, size: int) -> bool:
+        if size > self.left:
+            self.left = 0  # nothing after a part that did not fit, to keep the order
+            return False
+        self.left -= size
+        return True
+
+
+def bounded_details(detail: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """``detail`` as far as it fits in ``MAX_DETAILS_BYTES``, and how many messages did not.
+
+    The errors are kept in the body's order, each field's messages whole;
+    the first that does not fit ends the details, so that a list of the
+    body's lines keeps its indexes (a prefix of it). The caller says how
+    many more there are.
+    """
+    budget = _Budget(MAX_DETAILS_BYTES)
+    kept = _within(dict(detail), budget)
+    return (kept if isinstance(kept, dict) else {}), budget.omitted
+
+
+_LEFT_OUT = object()
+
+
+def _within(value: Any, budget: _Budget) -> Any:
+    """What of ``value`` fits in ``budget``, or ``_LEFT_OUT``."""
+    if isinstance(value, Mapping):
+        kept: dict[str, Any] = {}
+        for name, child in value.items():
+            # "name": and a comma.
+            if not budget.take(_json_size(name) + 2):
+                budget.omitted += _messages(child)
+                continue
+            part = _within(child, budget)
+            if part is not _LEFT_OUT:
+                kept[name] = part
+        return kept if kept or not value else _LEFT_OUT
+    if isinstance(value, list) and any(isinstance(item, Mapping | list) for item in value):
+        items: list[Any] = []
+        for index, item in enumerate(value):
+            part = _within(item, budget) if budget.take(1) else _LEFT_OUT
+            if part is _LEFT_OUT:
+                budget.omitted += sum(_messages(rest) for rest in value[index:])
+                break
+            items.append(part)
+        return items if items or not value else _LEFT_OUT
+    # A field's messages: kept whole or left out.
+    if budget.take(_json_size(value) + 1):
+        return value
+    budget.omitted += _messages(value)
+    return _LEFT_OUT
+
+
+def _messages(value: Any) -> int:
+    if isinstance(value, Mapping):
+        return sum(_messages(child) for child in value.values())
+    if isinstance(value, list):
+        return sum(_messages(child) for child in value)
+    return 1
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def _pascal_case(snake: str) -> str:

@@ -165,6 +165,15 @@ IDEMPOTENCY_LOCK_TIMEOUT = env.float("IDEMPOTENCY_LOCK_TIMEOUT", default=30.0)
 # more than half of its time, and their p99 within 2x of its usual value
 # (measured: idempotency/services.py).
 IDEMPOTENCY_PURGE_PAUSE = env.float("IDEMPOTENCY_PURGE_PAUSE", default=0.05)
+# The most one principal's keys, digests and answers may hold within the
+# retention window (bytes); past it a new key is refused 429 KeyQuotaExceeded.
+# Keys are the one storage a client grows at will, and throttling is off by
+# default. 512 MiB is some 380,000 keys of one-line orders (1.4 KB each as
+# counted), 4.4 commands a second all day long: a principal that sends more
+# needs a larger value (idempotency/quota.py).
+IDEMPOTENCY_STORAGE_PER_PRINCIPAL = env.int(
+    "IDEMPOTENCY_STORAGE_PER_PRINCIPAL", default=512 * 1024 * 1024
+)
 
 # --- Payments -------------------------------------------------------------
 

@@ -39,6 +39,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -65,17 +66,18 @@ from rest_framework.views import APIView
 from accounts.authentication import principal_of
 from accounts.models import Principal
 from api.errors import ApplicationError, render_exception
-from idempotency import policy
+from idempotency import policy, quota
 from idempotency.errors import (
     IdempotencyKeyConflict,
     IdempotencyKeyInProgress,
     IdempotencyKeyInvalid,
     IdempotencyKeyRequired,
+    KeyQuotaExceeded,
 )
 from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched_pointers
 from idempotency.headers import HEADER, parse_idempotency_key
 from idempotency.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
-from idempotency.models import IdempotencyKey, StoredAnswer
+from idempotency.models import IdempotencyKey, StorageUsage, StoredAnswer
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Headers of a command's response that are part of its answer and replayed
@@ -84,12 +86,13 @@ STORED_HEADERS = ("Location", "Retry-After")
 # SQLSTATE of a lock wait cut short by lock_timeout.
 _LOCK_NOT_AVAILABLE = "55P03"
 # A stored answer is kept for IDEMPOTENCY_KEY_TTL and replayed on demand, so
-# its size is bounded: the largest answer a command gives is an order of 100
-# lines (about 15 KB) or a validation error naming five unknown members in
-# each of 100 lines (about 50 KB). A command whose answer exceeds this has a
-# bug; it is rolled back and answered 500, which is stored like any final
-# failure of a command's own code.
-MAX_STORED_RESPONSE_BYTES = 64 * 1024
+# its size is bounded (rule 12): the largest answer a command gives is an
+# order of 100 lines (about 15 KB); a refusal (4xx) is at most 8 KiB, since
+# a validation error names only what fits (api/errors.py). A command whose
+# answer exceeds its bound has a bug; it is rolled back and answered 500,
+# which is stored like any final failure of a command's own code.
+MAX_STORED_RESPONSE_BYTES = quota.MAX_ANSWER_BYTES
+MAX_STORED_REFUSAL_BYTES = quota.MAX_REFUSAL_BYTES
 
 ReplayHook = Callable[[IdempotencyKey, HttpResponse], HttpResponse]
 V = TypeVar("V", bound=APIView)
@@ -156,6 +159,7 @@ class Outcome(StrEnum):
     IN_PROGRESS = "in_progress"
     MISSING_KEY = "missing_key"
     INVALID_KEY = "invalid_key"
+    QUOTA_EXCEEDED = "quota_exceeded"
     # Refused before it started for another reason: media type, JSON.
     REFUSED = "refused"
 
@@ -165,6 +169,7 @@ _OUTCOME_OF_REFUSAL = {
     IdempotencyKeyInvalid: Outcome.INVALID_KEY,
     IdempotencyKeyConflict: Outcome.CONFLICT,
     IdempotencyKeyInProgress: Outcome.IN_PROGRESS,
+    KeyQuotaExceeded: Outcome.QUOTA_EXCEEDED,
 }
 
 
@@ -220,6 +225,7 @@ def run_command(
 
     :raises IdempotencyKeyConflict: the key was used for another request.
     :raises IdempotencyKeyInProgress: the key's first request is still running.
+    :raises KeyQuotaExceeded: the key is new, and the principal's keys fill its storage.
     """
     db = connections[DEFAULT_DB_ALIAS]
     # Only the outermost block's end is a COMMIT, which the store may carry.
@@ -236,7 +242,7 @@ def run_command(
     except _CommandFailed as failed:
         # The command's effects rolled back, and the claim with them: the
         # failure is stored in a transaction of its own.
-        answer = _Answer.of(render_exception(failed.__cause__ or failed))
+        answer = _storable(_Answer.of(render_exception(failed.__cause__ or failed)))
     with transaction.atomic(), db.cursor() as cursor:
         found = _claim_or_find(cursor, command)
         if isinstance(found, IdempotencyKey):
@@ -269,27 +275,40 @@ class _Answer:
     def response(self) -> HttpResponse:
         return HttpResponse(self.body, status=self.status, headers=self.headers)
 
+    @property
+    def too_large(self) -> bool:
+        """Larger than a stored answer of its status may be (rule 12)."""
+        limit = MAX_STORED_REFUSAL_BYTES if 400 <= self.status < 500 else MAX_STORED_RESPONSE_BYTES
+        return len(self.body) > limit
+
 
 class _CommandFailed(Exception):
     """The command failed in its own code; ``__cause__`` is why. A final answer."""
 
 
 class _AnswerTooLarge(Exception):
-    """A command answered more than MAX_STORED_RESPONSE_BYTES: a bug in the command."""
+    """A command answered more than its status may store: a bug in the command."""
 
 
 def _execute(execute: Callable[[], HttpResponse]) -> _Answer:
     try:
-        response = execute()
-        if len(response.content) > MAX_STORED_RESPONSE_BYTES:
-            raise _AnswerTooLarge(len(response.content))
+        answer = _Answer.of(execute())
+        if answer.too_large:
+            raise _AnswerTooLarge(answer.status, len(answer.body))
     except (OperationalError, InterfaceError):
         # The database failed under the command: the transaction rolls back,
         # the claim with it, and nothing is stored; a retry executes once.
         raise
     except Exception as exc:
         raise _CommandFailed() from exc
-    return _Answer.of(response)
+    return answer
+
+
+def _storable(answer: _Answer) -> _Answer:
+    """A failure's answer, or a 500 in its place if it is too large to store."""
+    if answer.too_large:
+        return _Answer.of(render_exception(_AnswerTooLarge(answer.status, len(answer.body))))
+    return answer
 
 
 # Three rounds at most: the key may be found expired (and is claimed anew),
@@ -297,11 +316,30 @@ def _execute(execute: Callable[[], HttpResponse]) -> _Answer:
 _ROUNDS = 3
 
 
-def _claim_or_find(cursor: CursorWrapper, command: Command) -> int | IdempotencyKey:
-    """Claim the key (the id of our new row), or find the completed record that holds it."""
+@dataclass(frozen=True)
+class _Claim:
+    """Our new row of the key, and what the principal's keys held when it was inserted."""
+
+    id: int
+    principal_id: int
+    expires_at: datetime
+    # Bytes the claim holds, and the principal's total before it (idempotency/quota.py).
+    bytes: int
+    used: int
+
+
+def _claim_or_find(cursor: CursorWrapper, command: Command) -> _Claim | IdempotencyKey:
+    """Claim the key (our new row), or find the completed record that holds it.
+
+    :raises KeyQuotaExceeded: the key is new and does not fit (rule 12); the
+        caller's transaction rolls our row back.
+    """
     for _ in range(_ROUNDS):
         claimed = _claim(cursor, command)
         if claimed is not None:
+            if not quota.admits(claimed.used, claimed.bytes):
+                usage = quota.usage_of(command.principal, now=timezone.now(), claim=claimed.bytes)
+                raise KeyQuotaExceeded(headers={"Retry-After": str(usage.retry_after)})
             return claimed
         record = _lookup(command)
         if record is None:
@@ -313,8 +351,8 @@ def _claim_or_find(cursor: CursorWrapper, command: Command) -> int | Idempotency
     raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
 
 
-def _claim(cursor: CursorWrapper, command: Command) -> int | None:
-    """INSERT the key unless it exists: the new row's id if this transaction now holds it.
+def _claim(cursor: CursorWrapper, command: Command) -> _Claim | None:
+    """INSERT the key unless it exists: the new row if this transaction now holds it.
 
     ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: the unique index
     arbitrates. If another transaction holds the key
@@ -327,25 +365,29 @@ def _claim(cursor: CursorWrapper, command: Command) -> int | None:
     On PostgreSQL the same query first bounds this transaction's waits
     (:func:`_claim_sql`), so they hold for the claim's own wait, and it
     carries the transaction's ``BEGIN`` (:func:`_send`): one round trip
-    instead of three.
+    instead of three. The row it returns also tells what the principal's
+    keys hold (idempotency/quota.py), read by the same statement.
     """
     now = timezone.now()
+    expires_at = now + policy.key_ttl()
     db = cursor.db
+    principal = command.principal
+    field_digests = command.fingerprint.field_digests
     values = _bound(
         db,
         _FIELDS,
         {
-            "tenant": command.principal.tenant_id,
-            "principal": command.principal.pk,
+            "tenant": principal.tenant_id,
+            "principal": principal.pk,
             "key": command.key,
             "request_method": command.method,
             "request_path": command.path,
             "fingerprint": command.fingerprint.digest,
-            "field_digests": command.fingerprint.field_digests,
+            "field_digests": field_digests,
             "created_at": now,
-            "expires_at": now + policy.key_ttl(),
+            "expires_at": expires_at,
         },
-    )
+    ) + _bound(db, _USAGE_FILTER, {"principal": principal.pk, "expires_by": now})
     sql = _claim_sql(db.vendor, *_wait_bounds(db.vendor))
     try:
         row = _send(cursor, sql, values)
@@ -355,25 +397,57 @@ def _claim(cursor: CursorWrapper, command: Command) -> int | None:
                 headers={"Retry-After": policy.in_progress_retry_after()}
             ) from None
         raise
-    return None if row is None else int(row[0])
+    if row is None:
+        return None
+    return _Claim(
+        id=int(row[0]),
+        principal_id=principal.pk,
+        expires_at=expires_at,
+        bytes=quota.claim_bytes(
+            key=command.key,
+            method=command.method,
+            path=command.path,
+            field_digests=field_digests,
+        ),
+        used=int(row[1]),
+    )
 
 
-def _store(cursor: CursorWrapper, claim_id: int, answer: _Answer, *, commits: bool) -> None:
-    """Insert the answer beside our claim, keyed by the claim's id.
+def _store(cursor: CursorWrapper, claim: _Claim, answer: _Answer, *, commits: bool) -> None:
+    """Insert the answer beside our claim, and add the key's bytes to its principal's total.
 
     An INSERT rather than an UPDATE of the claim's row: a narrow row of its
     own costs PostgreSQL less than a second version of the key's whole row
-    (docs/SCALING.md), and leaves no dead row behind.
+    (docs/SCALING.md), and leaves no dead row behind. The total's upsert
+    comes last: it locks its row (idempotency/quota.py), and the lock lasts
+    from there to the ``COMMIT``.
 
     ``commits``: the store is the last statement of the outermost
     transaction, and sends its ``COMMIT`` (:func:`_send`).
     """
-    values = _bound(
-        cursor.db,
+    db = cursor.db
+    answer_values = _bound(
+        db,
         _ANSWER_FIELDS,
-        {"key": claim_id, "status": answer.status, "body": answer.body, "headers": answer.headers},
+        {"key": claim.id, "status": answer.status, "body": answer.body, "headers": answer.headers},
     )
-    _send(cursor, _store_sql(cursor.db.vendor), values, commits=commits)
+    usage_values = _bound(
+        db,
+        _USAGE_FIELDS,
+        {
+            "principal": claim.principal_id,
+            "expires_by": quota.bucket_end(claim.expires_at),
+            "shard": quota.shard(db),
+            "bytes": claim.bytes + quota.answer_bytes(answer.body, answer.headers),
+        },
+    )
+    store_answer, add_usage = _store_sql(db.vendor), _usage_sql(db.vendor)
+    if db.vendor == "postgresql":
+        # One query, two statements (and the COMMIT): one round trip.
+        _send(cursor, f"{store_answer}; {add_usage}", answer_values + usage_values, commits=commits)
+    else:
+        cursor.execute(store_answer, answer_values)
+        _send(cursor, add_usage, usage_values, commits=commits)
 
 
 def _send(
@@ -444,6 +518,9 @@ def _begin_is_pending(raw: psycopg.Connection[Any]) -> bool:
 # names them.
 _FIELDS = {f.name: f for f in IdempotencyKey._meta.concrete_fields if not f.primary_key}
 _ANSWER_FIELDS = {f.name: f for f in StoredAnswer._meta.concrete_fields}
+_USAGE_FIELDS = {f.name: f for f in StorageUsage._meta.concrete_fields if not f.primary_key}
+# The claim's look at the total: the principal's buckets not ended by now.
+_USAGE_FILTER = {name: _USAGE_FIELDS[name] for name in ("principal", "expires_by")}
 
 
 def _bound(db: BaseDatabaseWrapper, fields: Mapping[str, Field], row: dict[str, Any]) -> list[Any]:
@@ -488,16 +565,37 @@ def _claim_sql(vendor: str, *wait_bounds: str) -> str:
     # On PostgreSQL the wait bounds are set in the same query, before the
     # row is inserted, so they bound the claim's own wait.
     bounds = _WAIT_BOUNDS % wait_bounds if vendor == "postgresql" else ""
+    usage = quote(StorageUsage._meta.db_table)
+    principal, expires_by, used = (
+        quote(_USAGE_FIELDS[name].column) for name in ("principal", "expires_by", "bytes")
+    )
     return (
-        f"{bounds}{_insert_sql(vendor, IdempotencyKey, _FIELDS)}"
+        f"{bounds}{_insert_sql(vendor, IdempotencyKey, _FIELDS)}"  # noqa: S608
         f" ON CONFLICT ({arbiter}) DO NOTHING"
-        f" RETURNING {quote(IdempotencyKey._meta.pk.column)}"
+        f" RETURNING {quote(IdempotencyKey._meta.pk.column)},"
+        f" (SELECT COALESCE(SUM({used}), 0) FROM {usage}"
+        f" WHERE {principal} = %s AND {expires_by} > %s)"
     )
 
 
 @functools.cache
 def _store_sql(vendor: str) -> str:
     return _insert_sql(vendor, StoredAnswer, _ANSWER_FIELDS)
+
+
+@functools.cache
+def _usage_sql(vendor: str) -> str:
+    """Add to the bucket's row, or make it: ``INSERT … ON CONFLICT DO UPDATE``."""
+    quote = connection.ops.quote_name
+    (unique,) = StorageUsage._meta.constraints
+    assert isinstance(unique, UniqueConstraint)  # noqa: S101 - a model change must revisit this
+    arbiter = ", ".join(quote(_USAGE_FIELDS[name].column) for name in unique.fields)
+    used = quote(_USAGE_FIELDS["bytes"].column)
+    return (
+        f"{_insert_sql(vendor, StorageUsage, _USAGE_FIELDS)}"
+        f" ON CONFLICT ({arbiter}) DO UPDATE"
+        f" SET {used} = {quote(StorageUsage._meta.db_table)}.{used} + EXCLUDED.{used}"
+    )
 
 
 # Bounds on how long this transaction waits for locks and may hold them.

@@ -38,6 +38,19 @@ class IdempotencyKeyInProgress(ApplicationError):
     )
 
 
+class KeyQuotaExceeded(ApplicationError):
+    """The principal's stored keys fill its storage (rule 12): no new key until some expire."""
+
+    status_code = 429
+    code = "KeyQuotaExceeded"
+    title = "Idempotency key storage full"
+    default_message = (
+        "Your idempotency keys fill the storage allowed to you; retry after the Retry-After "
+        "delay, when enough of them have expired. Retries of commands you sent before are "
+        "still answered."
+    )
+
+
 class NoSuchIdempotencyKey(NotFound):
     """The look-up's key names none of the caller's completed, unexpired keys (rule 11)."""
 

@@ -42,12 +42,20 @@ from idempotency.canonical import canonical_json
 # of its children.
 MAX_FIELD_DIGESTS = 256
 # Pointers are stored with the key: a part whose pointer is longer (a
-# member name no command has) is named by its parent. Together with the
-# budget this bounds the stored digests to about 40 KB.
+# member name no command has) is named by its parent.
 MAX_POINTER_LENGTH = 128
+# And the stored digests are bounded in bytes (idempotency/quota.py counts
+# them against the principal's storage): 256 pointers of 128 characters
+# would be 40 KB a key. Those of an order of 100 lines take 9 KB; a body
+# whose parts need more is compared down to the parts that fit, breadth
+# first, as for the count.
+MAX_FIELD_DIGEST_BYTES = 12 * 1024
 _DIGEST_SALT = "idempotency.field-digest"
 # 64 bits tell changed fields apart; more would only grow the row.
 _DIGEST_HEX_CHARS = 16
+# What a part costs in the stored digests besides its pointer: its digest,
+# and jsonb's entry headers for the member and its value.
+_PART_OVERHEAD_BYTES = _DIGEST_HEX_CHARS + 8
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,15 @@ def fingerprint_request(*, method: str, path: str, body: Any) -> Fingerprint:
     """
     digest = hashlib.sha256(canonical_json([method.upper(), path, body])).hexdigest()
     return Fingerprint(digest=digest, body=body)
+
+
+def field_digests_bytes(digests: Mapping[str, str]) -> int:
+    """The bytes the stored digests take, as ``MAX_FIELD_DIGEST_BYTES`` counts them."""
+    return sum(_part_bytes(pointer) for pointer in digests)
+
+
+def _part_bytes(pointer: str) -> int:
+    return len(pointer.encode()) + _PART_OVERHEAD_BYTES
 
 
 def mismatched_pointers(stored: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
@@ -135,13 +152,21 @@ def _digest_every_part(body: Any, keyed: "hmac.HMAC") -> dict[str, str] | None:
     digests: dict[str, str] = {}
     if isinstance(body, dict | list):
         try:
-            _walk(body, "", keyed, digests)
+            _walk(body, "", keyed, _Digests(digests))
         except _OverBudget:
             return None
     return digests
 
 
-def _walk(container: Any, pointer: str, keyed: "hmac.HMAC", digests: dict[str, str]) -> Any:
+@dataclass(slots=True)
+class _Digests:
+    """The digests one walk has made so far, and the bytes they take."""
+
+    by_pointer: dict[str, str]
+    bytes: int = 0
+
+
+def _walk(container: Any, pointer: str, keyed: "hmac.HMAC", digests: _Digests) -> Any:
     """A copy of ``container`` with each child replaced by its digest, put in ``digests``."""
     if isinstance(container, dict):
         if len(container) > MAX_FIELD_DIGESTS:
@@ -156,16 +181,21 @@ def _walk(container: Any, pointer: str, keyed: "hmac.HMAC", digests: dict[str, s
     ]
 
 
-def _digest(value: Any, pointer: str, keyed: "hmac.HMAC", digests: dict[str, str]) -> str:
-    if len(pointer) > MAX_POINTER_LENGTH or len(digests) >= MAX_FIELD_DIGESTS:
+def _digest(value: Any, pointer: str, keyed: "hmac.HMAC", digests: _Digests) -> str:
+    digests.bytes += _part_bytes(pointer)
+    if (
+        len(pointer) > MAX_POINTER_LENGTH
+        or len(digests.by_pointer) >= MAX_FIELD_DIGESTS
+        or digests.bytes > MAX_FIELD_DIGEST_BYTES
+    ):
         raise _OverBudget()
     # The part counts against the budget before its children do.
-    digests[pointer] = ""
+    digests.by_pointer[pointer] = ""
     if isinstance(value, dict | list):
         value = _walk(value, pointer, keyed, digests)
     digest = keyed.copy()
     digest.update(pointer.encode() + b"\0" + canonical_json(value))
-    digests[pointer] = hexdigest = digest.hexdigest()[:_DIGEST_HEX_CHARS]
+    digests.by_pointer[pointer] = hexdigest = digest.hexdigest()[:_DIGEST_HEX_CHARS]
     return hexdigest
 
 
@@ -173,6 +203,7 @@ def _choose_parts(body: Any) -> list[_Part]:
     """The parts that get a digest: breadth first, so a budget cut keeps the outer ones."""
     root = _Part(pointer="", value=body, slot="", digested_children=[])
     chosen: list[_Part] = []
+    spent = 0
     queue = deque([root])
     while queue and len(chosen) < MAX_FIELD_DIGESTS:
         parent = queue.popleft()
@@ -183,6 +214,12 @@ def _choose_parts(body: Any) -> list[_Part]:
             pointer = f"{parent.pointer}/{_escape(slot) if isinstance(slot, str) else slot}"
             if len(pointer) > MAX_POINTER_LENGTH:
                 continue
+            spent += _part_bytes(pointer)
+            if spent > MAX_FIELD_DIGEST_BYTES:
+                # The bytes are spent: no later part, of this parent or
+                # another, is digested (its parent's digest covers it).
+                queue.clear()
+                break
             part = _Part(pointer=pointer, value=value, slot=slot, digested_children=[])
             chosen.append(part)
             if isinstance(value, dict | list):

@@ -110,3 +110,39 @@ class StoredAnswer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.status} to {self.key_id}"
+
+
+class StorageUsage(models.Model):
+    """Bytes a principal's keys hold, by when they expire: the running total of rule 12.
+
+    One row per (principal, expiry bucket, shard), added to by every command
+    that stores an answer (idempotency/quota.py explains the buckets and the
+    shards). A bucket's row is never decremented: once its last key has
+    expired it is not counted and the purge deletes it, so the total needs
+    neither a ``sum()`` over the keys nor a write at every key's expiry.
+    """
+
+    principal = models.ForeignKey(
+        "accounts.Principal",
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
+    # The end of the bucket: every key counted here has expired by then.
+    expires_by = models.DateTimeField()
+    shard = models.PositiveSmallIntegerField()
+    bytes = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            # The upsert's arbiter, and the quota check's index: a principal's
+            # live buckets are one range of it.
+            models.UniqueConstraint(
+                fields=["principal", "expires_by", "shard"],
+                name="idempotency_storage_usage_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.bytes} B of principal {self.principal_id} by {self.expires_by}"

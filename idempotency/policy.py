@@ -67,6 +67,24 @@ def retention_phrase() -> str:
     return f"`IDEMPOTENCY_KEY_TTL` ({ttl_text()})"
 
 
+def storage_per_principal() -> int:
+    """The most one principal's stored keys may hold, in bytes (rule 12)."""
+    return int(settings.IDEMPOTENCY_STORAGE_PER_PRINCIPAL)
+
+
+def bytes_text(size: int) -> str:
+    """``512 MiB``, ``8 KiB``, ``1000 bytes``: a size as the docs spell it."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
+def storage_phrase() -> str:
+    """How the docs name the bound: ``IDEMPOTENCY_STORAGE_PER_PRINCIPAL`` (512 MiB)."""
+    return f"`IDEMPOTENCY_STORAGE_PER_PRINCIPAL` ({bytes_text(storage_per_principal())})"
+
+
 def lock_timeout_phrase() -> str:
     """How the docs name the lock timeout: ``IDEMPOTENCY_LOCK_TIMEOUT`` (30 s)."""
     return f"`IDEMPOTENCY_LOCK_TIMEOUT` ({seconds_text(lock_timeout_seconds())})"

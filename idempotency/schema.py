@@ -61,6 +61,7 @@ from idempotency.errors import (
     IdempotencyKeyInProgress,
     IdempotencyKeyInvalid,
     IdempotencyKeyRequired,
+    KeyQuotaExceeded,
     NoSuchIdempotencyKey,
 )
 from idempotency.headers import KEY_PATTERN
@@ -154,7 +155,11 @@ def policy_markdown(answers: Iterable[tuple[int, str | None]] | None = None) -> 
         "database failed (`503 ServiceUnavailable`, with `Retry-After`): nothing of it "
         "committed, and a retry with the same key executes it once.\n"
         "- **Retention**: a completed key is kept for " + policy.retention_phrase() + ", "
-        "then purged; afterwards the same key is a new key."
+        "then purged; afterwards the same key is a new key.\n"
+        "- **Storage**: what one principal's keys hold within the retention window (key, "
+        "field digests, answer) is bounded by " + policy.storage_phrase() + "; a stored "
+        "answer is at most 64 KiB, a stored refusal (4xx) at most 8 KiB. Past the bound a "
+        "new key is `429 KeyQuotaExceeded` with `Retry-After`; stored keys still replay."
     )
 
 
@@ -200,6 +205,13 @@ KEY_IN_PROGRESS = Refusal(
     f"the key's first request was still executing after waiting {policy.wait_phrase()} "
     "for it. Nothing executes; retry after `Retry-After` seconds to get its replay.",
 )
+KEY_QUOTA_EXCEEDED = Refusal(
+    KeyQuotaExceeded(headers={"Retry-After": "3600"}),
+    "the key is new, and the keys you stored within the retention window fill "
+    f"{policy.storage_phrase()}, counting what this one could store. Nothing executes "
+    "and nothing is stored; retries of your stored keys are still answered. Retry after "
+    "`Retry-After` seconds, when enough of your keys have expired.",
+)
 COMMAND_INTERNAL_ERROR = Refusal(
     InternalError(),
     "the command's own code failed: a final answer like any other; quote the `traceId`.",
@@ -244,6 +256,7 @@ _ANSWERED_AROUND_THE_COMMAND = (
     _not_stored(PAYLOAD_TOO_LARGE, _BEFORE_THE_COMMAND),
     _not_stored(UNSUPPORTED_MEDIA_TYPE, _BEFORE_THE_COMMAND),
     _not_stored(THROTTLED, _BEFORE_THE_COMMAND),
+    _not_stored(KEY_QUOTA_EXCEEDED, _BEFORE_THE_COMMAND),
     _not_stored(
         COMMAND_SERVICE_UNAVAILABLE,
         "nothing of the command committed, the key included; a retry with the same key "

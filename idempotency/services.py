@@ -103,6 +103,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from idempotency import quota
 from idempotency.models import IdempotencyKey, StoredAnswer
 
 # Rows deleted per statement, and per transaction. The rate of a purge
@@ -183,6 +184,9 @@ def purge(*, batch_size: int = PURGE_BATCH, pause: float | None = None) -> Purge
         # Fewer than asked means no unlocked expired row was left: SKIP
         # LOCKED passes over locked rows and keeps scanning up to the limit.
         if count < batch_size:
+            # The storage totals' buckets that have ended count nothing any
+            # more (idempotency/quota.py): a few rows per principal a run.
+            quota.forget_ended_buckets(now=cutoff)
             return PurgeResult(
                 deleted=deleted,
                 batches=batches,

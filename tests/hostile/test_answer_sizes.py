@@ -6,11 +6,15 @@ get (and store) a 1.7 MB error listing every one of them.
 """
 
 import json
+import random
+import re
+import string
+from typing import Any
 
 import pytest
 
 from api.fields import MAX_NAMED_FIELD_LENGTH, MAX_UNKNOWN_FIELDS_NAMED
-from idempotency.commands import MAX_STORED_RESPONSE_BYTES
+from idempotency.commands import MAX_STORED_REFUSAL_BYTES
 from idempotency.models import IdempotencyKey
 from orders.models import Order
 from tests.support.http import ORDER, Api
@@ -44,15 +48,46 @@ def test_a_long_unknown_member_name_is_counted_not_repeated(api: Api) -> None:
     assert long_name.encode() not in response.content
 
 
-def test_errors_in_every_line_of_the_largest_order_stay_within_the_stored_size(api: Api) -> None:
+def test_errors_in_every_line_of_the_largest_order_stay_within_a_stored_refusal(api: Api) -> None:
     line = {"sku": "s" * 100, "qty": "many", **{f"{'u' * 60}{i:04d}": 0 for i in range(60)}}
     body = {**ORDER, "customerId": 7, "currency": "rub", "items": [line] * 100}
 
     response = api.post("/v1/orders", body, key="every-line-wrong")
 
     assert response.status_code == 400
-    assert len(response.content) <= MAX_STORED_RESPONSE_BYTES
+    assert len(response.content) <= MAX_STORED_REFUSAL_BYTES
     assert IdempotencyKey.objects.get().answer.status == 400
+    # The errors of the first lines, in order, and a count of the rest.
+    error = response.json()
+    assert error["details"]["customerId"]
+    assert "0" in error["details"]["items"]
+    assert "99" not in error["details"]["items"]
+    assert re.fullmatch(
+        r"The request body is not valid; see details\. \d+ more errors not listed\.",
+        error["message"],
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_refusal_of_random_members_and_values_is_stored_within_its_bound(
+    api: Api, seed: int
+) -> None:
+    chance = random.Random(seed)
+
+    def name() -> str:
+        return "".join(chance.choices(string.printable + "é€😀", k=chance.randint(1, 90)))
+
+    def value() -> Any:
+        return chance.choice([name(), -1, 10**6, None, [], {name(): 1}, 1.5, True])
+
+    lines = [{name(): value() for _ in range(chance.randint(1, 12))} for _ in range(100)]
+    body = {name(): value() for _ in range(20)} | {"items": lines, "currency": value()}
+
+    response = api.post("/v1/orders", body, key=f"random-{seed}")
+
+    assert response.status_code == 400
+    assert len(response.content) <= MAX_STORED_REFUSAL_BYTES
+    assert bytes(IdempotencyKey.objects.get().answer.body) == response.content
 
 
 @pytest.mark.urls("tests.support.probes")

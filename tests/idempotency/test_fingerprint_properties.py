@@ -21,12 +21,14 @@ from hypothesis import strategies as st
 
 from api.parsers import MAX_SAFE_INTEGER, loads_strict
 from idempotency.fingerprint import (
+    MAX_FIELD_DIGEST_BYTES,
     MAX_FIELD_DIGESTS,
     MAX_POINTER_LENGTH,
     Fingerprint,
     _digest_chosen_parts,
     _digest_every_part,
     _keyed_hmac,
+    field_digests_bytes,
     fingerprint_request,
     mismatched_pointers,
 )
@@ -293,7 +295,8 @@ def test_method_and_path_are_part_of_the_fingerprint(
 
 
 # Bodies near the limits: long member names (pointers past MAX_POINTER_LENGTH
-# within a few levels) and wide containers (past MAX_FIELD_DIGESTS parts).
+# within a few levels, and past MAX_FIELD_DIGEST_BYTES) and wide containers
+# (past MAX_FIELD_DIGESTS parts).
 long_names = st.text(st.sampled_from("ab~/"), min_size=20, max_size=70)
 wide_values = st.recursive(
     json_scalars,
@@ -312,6 +315,7 @@ wide_values = st.recursive(
 @example(body={"items": [{"qty": i} for i in range(200)]})  # 401 parts
 @example(body={"n" * 60: {"m" * 60: {"abcde": 1}}})  # a pointer of 128 characters
 @example(body={"n" * 60: {"m" * 60: {"abcdef": 1}}})  # and of 129
+@example(body={f"{'w' * 100}{i:03d}": i for i in range(100)})  # past the bytes, not the count
 def test_one_walk_and_the_budgeted_choice_of_parts_give_the_same_digests(body: Any) -> None:
     """The walk that digests every part of a body within the limits is a shortcut, no more.
 
@@ -325,13 +329,17 @@ def test_one_walk_and_the_budgeted_choice_of_parts_give_the_same_digests(body: A
 
     walked = _digest_every_part(body, keyed)
 
-    if len(pointers) <= MAX_FIELD_DIGESTS and max(map(len, pointers), default=0) <= (
-        MAX_POINTER_LENGTH
+    if (
+        len(pointers) <= MAX_FIELD_DIGESTS
+        and max(map(len, pointers), default=0) <= MAX_POINTER_LENGTH
+        and field_digests_bytes(dict.fromkeys(pointers, "")) <= MAX_FIELD_DIGEST_BYTES
     ):
         assert walked == _digest_chosen_parts(body, keyed)
         assert set(walked) == set(pointers)
     else:
         assert walked is None
+    # What is stored with the key is bounded in bytes, whatever the body.
+    assert field_digests_bytes(_digest_chosen_parts(body, keyed)) <= MAX_FIELD_DIGEST_BYTES
 
 
 def _pointers(value: Any, pointer: str = "") -> Iterator[str]:
