@@ -1,14 +1,82 @@
 """Order and payment reads, always scoped to the caller's tenant."""
 
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 from django.db.models import QuerySet
 
 from accounts.models import Tenant
 from orders.errors import NoSuchOrder, NoSuchPayment
-from orders.models import Order, Payment
+from orders.models import Order, OrderItem, Payment
 
 
 def orders_of(*, tenant: Tenant) -> QuerySet[Order]:
     return Order.objects.filter(tenant=tenant).prefetch_related("items", "payments")
+
+
+# What the list reads of an order: its own columns, as a dict per row.
+LISTED_COLUMNS = (
+    "internal_id",
+    "id",
+    "customer_id",
+    "status",
+    "currency",
+    "total_amount",
+    "created_at",
+    "updated_at",
+)
+# A line as the list reads it: position, sku, qty, unit_price, line_total.
+LineRow = tuple[int, str, int, int, int]
+
+
+def order_rows_of(*, tenant: Tenant) -> QuerySet[Order, dict[str, Any]]:
+    """The tenant's orders as rows of ``LISTED_COLUMNS``, for a page of the list.
+
+    Rows rather than model instances: a page holds up to 200 orders, and
+    their relations are read for the whole page at once by
+    :func:`relations_of`.
+    """
+    return Order.objects.filter(tenant=tenant).values(*LISTED_COLUMNS)
+
+
+@dataclass(frozen=True)
+class OrderRelations:
+    """The lines and payment ids of some orders, by the order's ``internal_id``."""
+
+    lines: dict[str, list[LineRow]]
+    payment_ids: dict[str, list[str]]
+
+
+def relations_of(*, orders: Sequence[dict[str, Any]]) -> OrderRelations:
+    """The lines (by position) and payment ids (oldest first) of ``orders``, rows of
+    :func:`order_rows_of`: two queries however many orders and lines, none for no order.
+    """
+    keys = [order["internal_id"] for order in orders]
+    lines: dict[str, list[LineRow]] = defaultdict(list)
+    payment_ids: dict[str, list[str]] = defaultdict(list)
+    if not keys:
+        return OrderRelations(lines=lines, payment_ids=payment_ids)
+    # Tuples, not instances: a page's 20,000 lines as OrderItems were 24 MB
+    # at the peak, left in reference cycles (each caches its order) until
+    # the collector's next full pass.
+    rows = OrderItem.objects.filter(order_id__in=keys).order_by()
+    for row in rows.values_list("order_id", "position", "sku", "qty", "unit_price", "line_total"):
+        lines[row[0]].append(row[1:])
+    # Sorted here rather than by the database: PostgreSQL sorted a page's
+    # 20,000 lines by (order_id, position) in 35 ms and by position in 11
+    # (EXPLAIN ANALYZE, 200 orders of 100 lines); each order's hundred, read
+    # nearly in order, sort here in about a millisecond for the page.
+    for order_lines in lines.values():
+        order_lines.sort()
+    for order_key, payment_id in (
+        Payment.objects.filter(order_id__in=keys)
+        .order_by("created_at")
+        .values_list("order_id", "id")
+    ):
+        payment_ids[order_key].append(payment_id)
+    return OrderRelations(lines=lines, payment_ids=payment_ids)
 
 
 def get_order(*, tenant: Tenant, order_id: str) -> Order:

@@ -18,6 +18,9 @@ that a drift of the machine spreads over all of them:
 - what a hostile body of 1 MiB costs: parsing, fingerprinting and field
   digests in this process for each shape of tests/support/hostile_bodies.py,
   and the whole answer through the service, against a small order's.
+- what a page of ``GET /v1/orders?pageSize=200`` costs in one process,
+  over orders of 100 lines against orders of one: the CPU, their ratio,
+  and the memory the page takes and leaves (tests/bench/in_process.py).
 
 Not a test: timings belong here, not in assertions.
 """
@@ -57,6 +60,7 @@ def main() -> None:
         bench = Bench(live.base_url, token)
         bench.run()
         guard_cpu(env, token)
+        list_cpu(env)
         bench.hostile_bodies()
 
 
@@ -78,6 +82,31 @@ def guard_cpu(env: dict[str, str], token: str) -> None:
         print(
             f"  {label:40s} {statistics.median(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
         )
+
+
+def list_cpu(env: dict[str, str]) -> None:
+    cost = in_process.measure_lists(env)
+    fewest, most = min(cost.python_ms), max(cost.python_ms)
+    print(f"a page, GET {in_process.LIST_PAGE}, in one process (tests/bench/in_process.py):")
+    for lines in (fewest, most):
+        python, postgres = cost.python_ms[lines], cost.postgres_ms[lines]
+        kilobytes, peak = cost.page_bytes[lines] / 1000, cost.peak_mb[lines]
+        print(
+            f"  200 orders of {lines:3d} line{'s' if lines > 1 else ' '}"
+            f"  {python:6.2f} ms Python  {postgres:5.2f} ms PostgreSQL"
+            f"  {kilobytes:5.0f} kB, {peak:4.1f} MB allocated at peak"
+        )
+    label = f"CPU, {most}-line / {fewest}-line pages"
+    print(
+        f"  {label:40s} {statistics.median(cost.ratios):5.2f}"
+        f" ({min(cost.ratios):.2f}-{max(cost.ratios):.2f})"
+    )
+    print(
+        f"  this process's resident memory: {cost.rss_before_mb:.0f} MB before {cost.pages}"
+        f" pages, {cost.rss_after_mb:.0f} MB after; {in_process.THREADS} threads at once"
+        f" on {most}-line pages, {cost.rss_threads_peak_mb:.0f} MB at most,"
+        f" {cost.rss_threads_after_mb:.0f} MB after"
+    )
 
 
 class Bench:

@@ -14,6 +14,7 @@ import pytest
 from django.core import signing
 from django.test import override_settings
 
+from orders.services import NewOrder, OrderLine, create_order
 from tests.support.http import ORDER, Api
 
 pytestmark = pytest.mark.django_db
@@ -103,3 +104,17 @@ def test_a_page_size_from_1_to_200_is_taken_as_sent(
 
     assert response.status_code == 200
     assert len(response.json()["results"]) == expected
+
+
+def test_a_page_holds_at_most_200_orders_and_leads_to_the_rest(api: Api) -> None:
+    tenant = api.principal.tenant
+    order = NewOrder(customer_id="c", currency="RUB", items=[OrderLine(sku="ABC", qty=1)])
+    for _ in range(201):
+        create_order(tenant=tenant, new_order=order)
+
+    first = api.get("/v1/orders?pageSize=200").json()
+    rest = api.get(first["next"]).json()
+
+    assert len(first["results"]) == 200
+    assert len(rest["results"]) == 1
+    assert rest["next"] is None

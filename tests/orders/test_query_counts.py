@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 from pytest_django import DjangoAssertNumQueries
 
+from tests.orders.conftest import PlaceOrders
 from tests.support.http import Api, body_of, payment_body
 
 # Transactional, so the command runs in a real transaction as in production
@@ -106,3 +107,26 @@ def test_starting_a_payment_costs_a_fixed_number_of_queries(
         replay = api.post("/v1/payments", body, key="p")
 
     assert first.status_code == replay.status_code == 202
+
+
+# Authenticate; the page of orders; the page's lines; their payments. The
+# lines and payments of a whole page are one query each, however many
+# orders and lines: a list page costs no query per order (no N+1).
+LIST_PAGE_QUERIES = 4
+
+
+@pytest.mark.parametrize("lines", [1, 100])
+def test_a_full_page_of_the_list_costs_a_fixed_number_of_queries(
+    api: Api,
+    place_orders: PlaceOrders,
+    django_assert_num_queries: DjangoAssertNumQueries,
+    lines: int,
+) -> None:
+    place_orders(api.principal.tenant, count=200, lines=lines)
+
+    with django_assert_num_queries(LIST_PAGE_QUERIES):
+        response = api.get("/v1/orders?pageSize=200")
+
+    page = body_of(response)["results"]
+    assert len(page) == 200
+    assert {len(entry["items"]) for entry in page} == {lines}
