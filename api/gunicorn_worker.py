@@ -4,7 +4,8 @@ gunicorn answers a request it cannot parse (a malformed request line, a
 request line or header block over its limits, an unsupported transfer
 coding) before the application sees it, with an HTML page that quotes the
 offending bytes. This worker answers those in the service's error format
-instead.
+instead. And when the application asks for the connection to be closed
+after its answer (:mod:`api.connection`), gunicorn closes it and says so.
 
 This module must not import Django: gunicorn's arbiter loads the worker
 class before it forks, and the application (Django's settings, the Celery
@@ -14,11 +15,14 @@ nothing on its own, and :mod:`api.problem` is plain Python.
 
 import http
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn import util
+from gunicorn.http.wsgi import Response
 from gunicorn.workers.gthread import ThreadWorker
 
+from api.connection import must_close
 from api.problem import PROBLEM_CONTENT_TYPE, problem_body
 
 # gunicorn's status -> the contract's code, title and message. The messages
@@ -91,6 +95,37 @@ def problem_answer(status: int) -> tuple[bytes, str]:
     return head.encode("ascii") + body, trace_id
 
 
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
+
+
+def closing_when_asked(application: WsgiApp) -> WsgiApp:
+    """``application``, whose answers close the connection when it marked the environ.
+
+    gunicorn decides ``Connection: keep-alive`` or ``close`` as it writes the
+    status line, from ``Response.should_close()``, and keeps the connection
+    when it said keep-alive, unless the request's body then cannot be
+    drained (gunicorn 27 drains at most 64 KiB, within 5 s): a close nobody
+    was told of, which a pooled client finds only when its next request
+    fails. A ``Connection`` header from the application is dropped, as WSGI
+    wants of hop-by-hop headers; ``Response.force_close()`` makes gunicorn
+    say close, and close. The application cannot reach the Response, but
+    gunicorn hands it the Response's own bound ``start_response``
+    (``gthread.handle_request``), which is how this finds it. Any other
+    ``start_response`` (another server) is left as it is.
+    """
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            response = getattr(start_response, "__self__", None)
+            if must_close(environ) and isinstance(response, Response):
+                response.force_close()
+            return start_response(status, headers, exc_info)
+
+        return application(environ, start)
+
+    return app
+
+
 class ProblemJsonThreadWorker(ThreadWorker):
     """gunicorn's ``gthread`` worker whose own error answers are problem+json.
 
@@ -103,7 +138,13 @@ class ProblemJsonThreadWorker(ThreadWorker):
     code of its own here as 500 InternalError) with a fresh trace id, also
     sent as ``X-Request-ID`` and logged, and ``Connection: close`` (gunicorn
     closes the connection after any error). Nothing the client sent is echoed.
+
+    The application is wrapped by :func:`closing_when_asked`.
     """
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self.wsgi: WsgiApp = closing_when_asked(self.wsgi)
 
     def handle_quit(self, sig: int, frame: Any) -> None:
         """Quit (SIGINT, SIGQUIT) by leaving the main loop, as SIGTERM does.

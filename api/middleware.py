@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.functional import LazyObject, empty
 from rest_framework.exceptions import ParseError
 
+from api.connection import close_after_answer
 from api.errors import LengthRequired, PayloadTooLarge, database_unavailable, render_exception
 from observability.metrics import HTTP_DURATION, HTTP_REQUESTS
 from observability.tracing import bind_trace_id, new_trace_id, reset_trace_id
@@ -122,6 +123,11 @@ class WholeBodyMiddleware:
     true length; what cannot be is marked in the environ for
     :class:`RequestBodyMiddleware` to refuse, so that every refusal is a
     problem response like any other, before any command starts.
+
+    A body that is not read to its end (over the limit, cut short, or
+    unreadable here) leaves no next request to read on the connection: the
+    answer then closes it, and says so (:mod:`api.connection`). Every other
+    body is read whole, so the connection stays usable after any answer.
     """
 
     def __init__(self, application: Any) -> None:
@@ -130,19 +136,30 @@ class WholeBodyMiddleware:
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         limit = settings.MAX_REQUEST_BODY_BYTES
         declared = environ.get("CONTENT_LENGTH") or ""
-        if declared.isdigit() and 0 < int(declared) <= limit:
+        if declared.isdigit() and int(declared) > limit:
+            # Refused unread (a 413): the rest of the connection is its body.
+            close_after_answer(environ)
+        elif declared.isdigit() and int(declared) > 0:
             body = environ["wsgi.input"].read(int(declared))
             if len(body) < int(declared):
                 environ[INCOMPLETE_BODY] = f"{len(body)} of {declared}"
+                # The client stopped sending (it half-closed or went away):
+                # there is no next request to read.
+                close_after_answer(environ)
             environ["wsgi.input"] = io.BytesIO(body)
         elif not declared and environ.get("HTTP_TRANSFER_ENCODING"):
             if environ.get("wsgi.input_terminated"):
                 body = environ["wsgi.input"].read(limit + 1)
+                if len(body) > limit:
+                    # An unknown remainder of chunks follows; draining it
+                    # could take as long as the client cares to send.
+                    close_after_answer(environ)
                 # Over the limit, the length alone makes it a 413.
                 environ["CONTENT_LENGTH"] = str(len(body))
                 environ["wsgi.input"] = io.BytesIO(body)
             else:
                 environ[UNREADABLE_BODY] = True
+                close_after_answer(environ)
         return self.application(environ, start_response)
 
 

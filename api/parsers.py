@@ -19,7 +19,8 @@ import re
 from itertools import accumulate
 from typing import Any
 
-from rest_framework.exceptions import ParseError
+from django.utils.http import parse_header_parameters
+from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.parsers import JSONParser
 
 # Integers beyond 2**53 lose precision in a double (and in JavaScript).
@@ -144,8 +145,39 @@ def _is_well_formed_unicode(value: Any) -> bool:
     return True
 
 
+# The one media type a body of this API has.
+JSON_MEDIA_TYPE = "application/json"
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """Whether a request's ``Content-Type`` says ``application/json`` (in any case).
+
+    Its parameters do not count: RFC 8259 defines none for the type, and a
+    body is read as UTF-8 whatever a ``charset`` claims (one that is not
+    UTF-8 is ``400 MalformedJson``).
+    """
+    try:
+        media_type, _ = parse_header_parameters(content_type or "")
+    except ValueError:
+        # Django's refusal of an over-long or badly encoded parameter.
+        return False
+    return bool(media_type == JSON_MEDIA_TYPE)
+
+
 class StrictJSONParser(JSONParser):
-    """``application/json`` bodies, parsed by :func:`loads_strict`."""
+    """``application/json`` bodies, and no others, parsed by :func:`loads_strict`.
+
+    DRF picks this parser for any request type that *matches*
+    ``application/json``, and ``*/*`` or ``application/*`` does: a body that
+    names no type of its own would be run as a command. Nor is a ``+json``
+    type (RFC 6839) taken: it says the syntax is JSON but the meaning is its
+    own type's (``application/merge-patch+json``: ``null`` deletes), which no
+    route of this API defines; reading it as a plain document would carry
+    out what the client did not mean. Those are ``415 UnsupportedMediaType``,
+    like any other type.
+    """
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        if not is_json_media_type(media_type):
+            raise UnsupportedMediaType(media_type or "")
         return loads_strict(stream.read())

@@ -1,14 +1,17 @@
 """The admin's login page is not an open door on the API's port.
 
 It can be switched off (``ADMIN_ENABLED``; docker-compose.yml keeps it off
-unless asked), its login locks an address out after five wrong passwords,
+unless asked), nginx does not pass it on unless asked
+(``NGINX_FORWARD_ADMIN``), its login locks an address out after five wrong passwords,
 and the headers a proxy sets are believed only when a proxy sets them
 (``BEHIND_PROXY``): facing clients directly, a client could claim HTTPS or
 another address to dodge the lockout.
 """
 
+import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.test import Client
 from pytest_django import Settings
 
-from tests.support.live import ROOT, base_env
+from tests.support.edge import nginx, raw_exchange
+from tests.support.live import ROOT, LiveService, base_env, serve, suite_database_env
 
 PASSWORD = "correct horse battery staple"
 
@@ -113,3 +117,51 @@ def test_behind_a_proxy_the_lockout_is_per_client_address(
 
     assert log_in(client, PASSWORD, **{"X-Forwarded-For": "203.0.113.7"}) == 429
     assert log_in(client, PASSWORD, **{"X-Forwarded-For": "198.51.100.1"}) == 302
+
+
+# --- at the edge ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def admin_app(django_db_setup: None) -> Iterator[LiveService]:
+    """gunicorn with the admin on (the app's default)."""
+    with serve(suite_database_env(), web_workers=1) as app:
+        yield app
+
+
+def raw_get(edge: LiveService, target: str) -> tuple[int, dict[str, str], bytes]:
+    response = raw_exchange(edge, f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    return response.status, response.headers, response.body
+
+
+ADMIN_PATHS = ["/admin/", "/admin", "/admin/login/", "/%61dmin/login/", "//admin/login/"]
+
+
+@pytest.mark.parametrize("setting", [None, "false"], ids=["unset", "false"])
+def test_nginx_does_not_pass_the_admin_on_unless_asked(
+    admin_app: LiveService, tmp_path: Path, setting: str | None
+) -> None:
+    variables = {} if setting is None else {"NGINX_FORWARD_ADMIN": setting}
+    upstream = admin_app.base_url.removeprefix("http://")
+
+    with nginx(upstream, tmp_path, variables=variables) as edge:
+        answers = {path: raw_get(edge, path) for path in ADMIN_PATHS}
+        healthz = raw_get(edge, "/healthz")
+
+    for path, (status, headers, body) in answers.items():
+        assert status == 404, path
+        assert headers["content-type"] == "application/problem+json", path
+        assert json.loads(body)["error"] == "NotFound", path
+    assert healthz[0] == 200
+    # The app itself still has it, on the internal network.
+    assert raw_get(admin_app, "/admin/")[0] == 302
+
+
+def test_nginx_passes_the_admin_on_when_asked(admin_app: LiveService, tmp_path: Path) -> None:
+    upstream = admin_app.base_url.removeprefix("http://")
+
+    with nginx(upstream, tmp_path, variables={"NGINX_FORWARD_ADMIN": "true"}) as edge:
+        status, headers, _ = raw_get(edge, "/admin/")
+
+    assert status == 302
+    assert headers["location"].startswith("/admin/login/")

@@ -146,6 +146,36 @@ def test_a_20_kb_header_is_431(edge: LiveService) -> None:
     assert_problem(response, 431, "RequestHeaderFieldsTooLarge", trace_id="edge-431")
 
 
+def _headers(count: int, size: int, name: str = "X-Padding-{}: ") -> str:
+    return "".join(name.format(i) + "a" * size + "\r\n" for i in range(count))
+
+
+# nginx holds the request line and the headers in at most 4 buffers of 8 kB
+# (large_client_header_buffers): one line over 8 kB, or more lines than the
+# buffers hold, is too large. Both are nginx's 494, answered as 431.
+@pytest.mark.parametrize(
+    ("target", "headers"),
+    [
+        ("/healthz", _headers(1, 9_000)),
+        ("/healthz", _headers(5, 7_000)),
+        ("/healthz", _headers(40, 1_000)),
+        ("/healthz", "Cookie: a=" + "a" * 9_000 + "\r\n"),
+        ("/healthz", _headers(5, 7_000, "Cookie: a{}=")),
+        ("/healthz?q=" + "a" * 7_000, _headers(5, 7_000)),
+    ],
+    ids=["one-9k", "five-7k", "forty-1k", "one-9k-cookie", "five-7k-cookies", "7k-url-and-35k"],
+)
+def test_headers_over_the_edges_limits_are_431(
+    edge: LiveService, target: str, headers: str
+) -> None:
+    request = raw_get(target, "X-Request-ID: edge-431\r\n" + headers)
+
+    response = raw_exchange(edge, request)
+
+    assert_problem(response, 431, "RequestHeaderFieldsTooLarge", trace_id="edge-431")
+    assert response.headers["connection"] == "close"
+
+
 @pytest.mark.parametrize(
     ("request_bytes", "status", "code"),
     [

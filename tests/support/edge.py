@@ -23,11 +23,18 @@ NGINX = Path("/usr/sbin/nginx")
 TEMPLATE = ROOT / "deploy" / "nginx" / "order-service.conf.template"
 # The environment variables the template is meant to have replaced.
 TEMPLATE_VARIABLES = ("NGINX_LISTEN", "NGINX_UPSTREAM")
+# Those that may be left unset, as the template is written to allow.
+OPTIONAL_TEMPLATE_VARIABLES = ("NGINX_FORWARD_ADMIN",)
 
 
 def render_template(variables: Mapping[str, str]) -> str:
-    """The template with ``${NAME}`` replaced, as the image's envsubst does it."""
-    assert set(variables) == set(TEMPLATE_VARIABLES)
+    """The template with ``${NAME}`` replaced, as the image's envsubst does it.
+
+    envsubst replaces only the variables that are set; the others stay as
+    they are written, as they do here.
+    """
+    assert set(TEMPLATE_VARIABLES) <= set(variables)
+    assert set(variables) <= {*TEMPLATE_VARIABLES, *OPTIONAL_TEMPLATE_VARIABLES}
     text = TEMPLATE.read_text()
     for name, value in variables.items():
         text = text.replace(f"${{{name}}}", value)
@@ -57,13 +64,24 @@ def _main_config(workdir: Path, rendered: Path) -> str:
 
 
 @contextmanager
-def nginx(upstream: str, workdir: Path) -> Iterator[LiveService]:
-    """nginx on a free port in front of ``upstream`` (host:port); stopped on exit."""
+def nginx(
+    upstream: str, workdir: Path, *, variables: Mapping[str, str] | None = None
+) -> Iterator[LiveService]:
+    """nginx on a free port in front of ``upstream`` (host:port); stopped on exit.
+
+    ``variables`` are the optional template variables to set.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     rendered = workdir / "order-service.conf"
     rendered.write_text(
-        render_template({"NGINX_LISTEN": f"127.0.0.1:{port}", "NGINX_UPSTREAM": upstream})
+        render_template(
+            {
+                "NGINX_LISTEN": f"127.0.0.1:{port}",
+                "NGINX_UPSTREAM": upstream,
+                **(variables or {}),
+            }
+        )
     )
     main = workdir / "nginx.conf"
     main.write_text(_main_config(workdir, rendered))
