@@ -15,7 +15,7 @@ PACKAGES := config api observability accounts idempotency operations provider or
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-dev run test faults demo lint fmt lock bench soak fuzz clean FORCE
+.PHONY: install install-dev run test faults demo lint fmt lock bench soak soak-http fuzz clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). Made by
 # another one, or left half-made by a failed attempt, it is removed and made
@@ -124,6 +124,16 @@ bench: install-dev
 ## SOAK_SECONDS, SOAK_LOAD, SOAK_PROVIDER_LATENCY change the run.
 soak: install-dev
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench.soak
+
+## soak-http: 30,000 mixed requests (creations, replays, reads, lists, payments,
+## 404s) against gunicorn recycling its workers every 200 requests
+## (tests/bench/soak_http.py): each worker's RSS, the metrics directory's files
+## and bytes, one scrape's time and one restart's CPU, at the start and the end.
+## On PostgreSQL and Redis (a database of its own, order_service_soak_http);
+## SOAK_HTTP_REQUESTS, SOAK_HTTP_MAX_REQUESTS (0: never), SOAK_HTTP_WORKERS and
+## SOAK_HTTP_ARCHIVE=0 (dead workers' metrics files kept, as before) change the run.
+soak-http: install-dev
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench.soak_http
 
 ## fuzz: schemathesis against a running service (such as `make run`'s), with an
 ## API token: make fuzz TOKEN=osk_… [BASE_URL=http://127.0.0.1:8000].

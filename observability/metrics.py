@@ -8,6 +8,11 @@ gunicorn reads with ``-c`` or, started in the project's directory, through
 worker answers it. A server started without that configuration (elsewhere
 without ``-c``, or another WSGI server with several processes) answers each
 scrape with the counts of the one process that serves it.
+
+The directory holds the live workers' files and one archive of the dead
+ones' counts (observability/metrics_archive.py, folded by gunicorn's
+master): a scrape costs what it cost on the first day, however many
+workers were restarted since.
 """
 
 import os
@@ -19,9 +24,10 @@ from prometheus_client import (
     Counter,
     Histogram,
     generate_latest,
-    multiprocess,
 )
 from prometheus_client.registry import REGISTRY, Collector
+
+from observability.metrics_archive import ConsistentCollector
 
 # From 5 ms (a replay) to 10 s (past every timeout of a command).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -54,7 +60,11 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     registry = REGISTRY
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        # Under the archive's lock: never while the master moves a dead
+        # worker's counts into the archive, or they would be seen twice or
+        # not at all. Only while reading the files; not while the
+        # collectors below query the database.
+        ConsistentCollector(registry)
         for collector in _collectors:
             registry.register(collector)
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

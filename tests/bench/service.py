@@ -59,12 +59,12 @@ def drop(database: str) -> None:
 def serving(
     env: Mapping[str, str], *, celery: bool = False, app: str = "config.wsgi:application"
 ) -> Iterator[LiveService]:
-    """The service as deployed (gunicorn's workers: twice the cores, and one), but
-    that gunicorn never recycles a worker.
+    """The service as deployed (gunicorn's workers: twice the cores, and one),
+    and never a worker recycled.
 
-    Deployed, it recycles one after about 2000 requests (config/gunicorn.py),
-    and the new worker's second of start-up would land in whichever load
-    runs then.
+    Deployed, it recycles none either, unless WEB_MAX_REQUESTS says so
+    (config/gunicorn.py); then a new worker's second of start-up would land
+    in whichever load runs then.
     """
     with serve(
         env,
