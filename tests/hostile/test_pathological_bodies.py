@@ -73,7 +73,11 @@ def test_work_grows_linearly_with_the_body_whatever_its_shape(shape: str) -> Non
         lambda: command_work(small), lambda: command_work(large)
     )
 
-    assert large_cost / small_cost < 20, f"{small_cost * 1000:.1f} ms → {large_cost * 1000:.1f} ms"
+    # Linear work costs the body 7 to 8 times more (measured on 3.11 to 3.13),
+    # quadratic 64 times. The bound sits at half the quadratic ratio: once,
+    # late in a CI run on Python 3.13, a wide object measured 21 times, with
+    # the large body's least of five runs at 2.7 times its usual CPU.
+    assert large_cost / small_cost < 32, f"{small_cost * 1000:.1f} ms → {large_cost * 1000:.1f} ms"
 
 
 def test_stored_field_digests_stay_bounded_however_large_the_body() -> None:
