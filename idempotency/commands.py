@@ -13,8 +13,11 @@ transaction:
    request holds K uncommitted, the INSERT waits (at most
    ``IDEMPOTENCY_WAIT``) for it to commit (ours then inserts nothing) or to
    roll back (ours then inserts).
-2. Inserted: K is ours. Run the view and insert its answer (status, body
-   bytes, Content-Type, Location) beside the claim, sent with the
+2. Inserted: K is ours, if the principal's stored keys leave room for it
+   (the claim's ``RETURNING`` reads their total; otherwise 429 and the
+   claim rolls back: idempotency/quota.py). Run the view and insert its
+   answer (status, body bytes, Content-Type, Location) beside the claim,
+   and add the key's bytes to the principal's total, sent with the
    ``COMMIT``: the effects, the claim and the answer become visible
    together, or not at all. Neither row is ever updated.
 3. Not inserted: read K's record. With the same F, replay its stored bytes;
