@@ -73,13 +73,17 @@ class NotFound(ApplicationError):
     default_message = "No such resource."
 
 
+def size_text(size: int) -> str:
+    """``512 MiB``, ``8 KiB``, ``1000 bytes``: a size as the docs and messages spell it."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
 def body_limit_text() -> str:
     """``1 MiB``: the request body limit (``MAX_REQUEST_BODY_BYTES``) as people read it."""
-    limit: int = settings.MAX_REQUEST_BODY_BYTES
-    for unit, size in (("MiB", 1024 * 1024), ("KiB", 1024)):
-        if limit % size == 0:
-            return f"{limit // size} {unit}"
-    return f"{limit} bytes"
+    return size_text(settings.MAX_REQUEST_BODY_BYTES)
 
 
 class PayloadTooLarge(ApplicationError):

@@ -14,6 +14,8 @@ from datetime import timedelta
 
 from django.conf import settings
 
+from api.errors import size_text
+
 # The longest key (visible ASCII characters). The header's grammar (RFC 9651)
 # sets no limit; 255 bounds each stored key and its index entry and leaves
 # room for any UUID, ULID or prefixed token a client may use.
@@ -72,17 +74,9 @@ def storage_per_principal() -> int:
     return int(settings.IDEMPOTENCY_STORAGE_PER_PRINCIPAL)
 
 
-def bytes_text(size: int) -> str:
-    """``512 MiB``, ``8 KiB``, ``1000 bytes``: a size as the docs spell it."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} bytes"
-
-
 def storage_phrase() -> str:
     """How the docs name the bound: ``IDEMPOTENCY_STORAGE_PER_PRINCIPAL`` (512 MiB)."""
-    return f"`IDEMPOTENCY_STORAGE_PER_PRINCIPAL` ({bytes_text(storage_per_principal())})"
+    return f"`IDEMPOTENCY_STORAGE_PER_PRINCIPAL` ({size_text(storage_per_principal())})"
 
 
 def lock_timeout_phrase() -> str:

@@ -22,23 +22,13 @@ import pytest
 from idempotency.models import IdempotencyKey
 from orders.models import Order
 from tests.support.connections import answer_then_reuse
-from tests.support.edge import serve_behind_nginx
 from tests.support.http import ORDER, Api
-from tests.support.live import LiveService, suite_database_env
+from tests.support.live import LiveService
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MIB = 1024 * 1024
 TOKEN = "an-unknown-token"
-
-
-@pytest.fixture(scope="module")
-def stack(
-    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[LiveService, LiveService]]:
-    """(nginx, gunicorn) on the test database."""
-    with serve_behind_nginx(suite_database_env(), tmp_path_factory.mktemp("nginx")) as services:
-        yield services
 
 
 @pytest.fixture(params=["gunicorn", "nginx"])

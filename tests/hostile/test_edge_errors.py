@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.edge import TEMPLATE, RawResponse, nginx, raw_exchange, serve_behind_nginx
+from tests.support.edge import TEMPLATE, RawResponse, nginx, raw_exchange
 from tests.support.http import ORDER, Api
-from tests.support.live import ROOT, LiveService, free_port, suite_database_env
+from tests.support.live import ROOT, LiveService, free_port
 
 MIB = 1024 * 1024
 PROBLEM_MEMBERS = {"type", "title", "status", "error", "message", "traceId"}
@@ -65,15 +65,6 @@ def assert_problem(
 
 def raw_get(target: str, extra_headers: str = "") -> bytes:
     return f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra_headers}\r\n".encode()
-
-
-@pytest.fixture(scope="module")
-def stack(
-    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[LiveService, LiveService]]:
-    """(nginx, gunicorn) on the test database."""
-    with serve_behind_nginx(suite_database_env(), tmp_path_factory.mktemp("nginx")) as services:
-        yield services
 
 
 @pytest.fixture(scope="module")
