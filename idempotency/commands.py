@@ -5,9 +5,14 @@ A view method becomes an idempotent command with one line::
     @idempotent_command
     def post(self, request: Request) -> Response: ...
 
-The protocol, for a request with key K and fingerprint F, in one
-transaction:
+The protocol, for a request with key K and fingerprint F:
 
+0. Read K's answered record, with one indexed ``SELECT`` and no
+   transaction. Found and not expired: with the same F, replay its stored
+   bytes; with another F, answer a conflict. Nothing executes, nothing is
+   written, no lock is taken: a retry costs what an authenticated read
+   costs. Not found (a new key, or one whose first request has not
+   committed): go on, in one transaction.
 1. Claim K: ``INSERT … ON CONFLICT DO NOTHING``, sent with the
    transaction's ``BEGIN``. The unique constraint arbitrates. If another
    request holds K uncommitted, the INSERT waits (at most
@@ -20,9 +25,13 @@ transaction:
    and add the key's bytes to the principal's total, sent with the
    ``COMMIT``: the effects, the claim and the answer become visible
    together, or not at all. Neither row is ever updated.
-3. Not inserted: read K's record. With the same F, replay its stored bytes;
-   with another F, answer a conflict. Nothing executes; the claim attempt
-   wrote nothing and locked nothing.
+3. Not inserted (K was answered since step 0, or its first request
+   committed while ours waited): read K's record, and answer as in step 0.
+   The claim attempt wrote nothing and locked nothing.
+
+Step 0 is a shortcut, not an arbiter: a key it does not find is claimed,
+and the unique constraint decides among copies as before. It costs a
+first execution one read that finds nothing (docs/SCALING.md measures it).
 
 A command that fails in its own code is a final answer like any other: its
 transaction rolls back (its effects and the claim with them), and a second
@@ -69,6 +78,7 @@ from rest_framework.views import APIView
 from accounts.authentication import principal_of
 from accounts.models import Principal
 from api.errors import ApplicationError, render_exception
+from api.plain_reads import Selected, split
 from idempotency import policy, quota
 from idempotency.errors import (
     IdempotencyKeyConflict,
@@ -231,6 +241,11 @@ def run_command(
     :raises KeyQuotaExceeded: the key is new, and the principal's keys fill its storage.
     """
     db = connections[DEFAULT_DB_ALIAS]
+    # A key already answered is replayed from one indexed read, before any
+    # transaction: what a retry storm costs (:func:`_find`).
+    answered = _find(command)
+    if answered is not None:
+        return _replay(command, answered, on_replay), Outcome.REPLAYED
     # Only the outermost block's end is a COMMIT, which the store may carry.
     outermost = not db.in_atomic_block
     try:
@@ -633,19 +648,68 @@ def _wait_bounds(vendor: str) -> tuple[str, ...]:
     )
 
 
+def _find(command: Command) -> IdempotencyKey | None:
+    """The key's answered record, unless it has expired: what a retry needs, and no more.
+
+    Read before the claim so that a replay costs one indexed read, with no
+    transaction, no claim and no field digests; a first execution pays a
+    read that finds nothing (docs/SCALING.md). An expired key is forgotten
+    here, and claimed anew by the caller.
+    """
+    record = _lookup(command)
+    if record is not None and record.is_expired:
+        _forget(record)
+        return None
+    return record
+
+
+# What a replay reads: the key's row without its field digests (up to
+# 12 KiB, loaded only for a conflict, which names the fields that differ),
+# and its answer.
+_KEY = Selected.of(
+    IdempotencyKey,
+    "k",
+    *(f.name for f in IdempotencyKey._meta.concrete_fields if f.name != "field_digests"),
+)
+_ANSWER = Selected.of(StoredAnswer, "a")
+
+
 def _lookup(command: Command) -> IdempotencyKey | None:
-    """The key's committed record, with its answer: one indexed read, no lock."""
+    """The key's committed record, with its answer: one indexed read, no lock.
+
+    ``IdempotencyKey.objects.select_related("answer").filter(principal=…,
+    tenant_id=…, key=…, answer__isnull=False).defer("field_digests").first()``
+    as plain SQL (api/plain_reads.py): every replay runs it. The inner join
+    to the answer says that every committed key has its answer (one
+    transaction writes both) rather than trusting it.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    principal = command.principal
+    scope: dict[str, int | str] = {
+        "principal": principal.pk,
+        "tenant": principal.tenant_id,
+        "key": command.key,
+    }
+    with db.cursor() as cursor:
+        cursor.execute(_lookup_sql(db.vendor), [scope[name] for name in _unique_fields()])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    key_values, answer_values = split(row, _KEY, _ANSWER)
+    record = _KEY.instance(db, key_values)
+    record.answer = _ANSWER.instance(db, answer_values)
+    return record
+
+
+@functools.cache
+def _lookup_sql(vendor: str) -> str:
+    db = connections[DEFAULT_DB_ALIAS]
+    # Principal first: the claim's unique index leads with it.
+    where = " AND ".join(f"{_KEY.column(db, name)} = %s" for name in _unique_fields())
     return (
-        IdempotencyKey.objects.select_related("answer")
-        .filter(
-            principal=command.principal,
-            tenant_id=command.principal.tenant_id,
-            key=command.key,
-            # Every committed key has its answer (one transaction writes
-            # both); this says so rather than trusts it.
-            answer__isnull=False,
-        )
-        .first()
+        f"SELECT {_KEY.columns(db)}, {_ANSWER.columns(db)} FROM {_KEY.table(db)}"  # noqa: S608
+        f" JOIN {_ANSWER.table(db)} ON {_ANSWER.column(db, 'key')} = {_KEY.column(db, 'id')}"
+        f" WHERE {where}"
     )
 
 

@@ -1,4 +1,4 @@
-"""A page of ``GET /v1/orders``, rendered without DRF's per-field machinery: a speed trick.
+"""Orders as reads answer them, rendered from rows without DRF's per-field machinery: a speed trick.
 
 A page of GET /v1/orders is up to 200 orders of up to 100 lines. Through
 OrderOutput over selectors.orders_of, 200 orders of 100 lines cost 415-635
@@ -11,10 +11,17 @@ full collection: 8 threads serving such pages took a process from 90 MB to
 CPU with PostgreSQL's is 3.9-4.5 times that of orders of one line (12-14
 before). Half of what remains is encoding the 1.2 MB of JSON (20 ms) and
 reading 20,000 rows (14 ms): the size of the answer, not the way it is built.
-OrderOutput stays the definition of a list entry and the schema's source;
-tests/orders/test_order_list.py holds this function's output byte for byte
-to OrderOutput's for the same orders. To remove the trick, render
-OrderOutput(page, many=True) over a page of selectors.orders_of.
+A read of one order, ``GET /v1/orders/{id}``, is rendered the same way
+from its row (selectors.order_row): through OrderOutput over an instance
+with its prefetched lines and payments it cost 4 queries and some 2 ms
+more of Python than the read of two queries that it is now (docs/SCALING.md).
+
+OrderOutput stays the definition of an order's representation and the
+schema's source; tests/orders/test_order_list.py holds this function's
+output byte for byte to OrderOutput's for the same orders, and the
+read's ETag to ``order_etag``. To remove the
+trick, render OrderOutput(page, many=True) over a page of
+selectors.orders_of, and OrderOutput(order) of selectors.get_order.
 """
 
 from collections.abc import Sequence
@@ -30,10 +37,10 @@ from orders.selectors import OrderRelations
 _WIRE_TIME = serializers.DateTimeField()
 
 
-def order_list_entries(
+def orders_from_rows(
     orders: Sequence[dict[str, Any]], relations: OrderRelations
 ) -> list[dict[str, Any]]:
-    """``OrderOutput(many=True).data`` of ``orders``, rows of ``selectors.order_rows_of``."""
+    """``OrderOutput(many=True).data`` of ``orders``, rows of ``selectors.LISTED_COLUMNS``."""
     time = _WIRE_TIME.to_representation
     lines, payment_ids = relations.lines, relations.payment_ids
     return [

@@ -21,14 +21,13 @@ from operations.serializers import polling_headers
 from orders import schema, selectors, services
 from orders.errors import InvalidOrderId, NoSuchOrder
 from orders.links import order_path
-from orders.list_page import order_list_entries
 from orders.models import ORDER_ID_PATTERN
+from orders.rendering import orders_from_rows
 from orders.serializers import (
     CancelOrderInput,
     CreateOrderInput,
     CreatePaymentInput,
     OrderCommandOutput,
-    OrderOutput,
     PaymentAcceptedOutput,
     PaymentOutput,
     RefundAcceptedOutput,
@@ -63,9 +62,9 @@ class OrderCollection(APIView):
             selectors.order_rows_of(tenant=principal_of(request).tenant), request, self
         )
         # Rows rendered by a plain function, not OrderOutput: see its comment
-        # in orders/list_page.py for what that saves.
+        # in orders/rendering.py for what that saves.
         relations = selectors.relations_of(orders=page)
-        return paginator.get_paginated_response(order_list_entries(page, relations))
+        return paginator.get_paginated_response(orders_from_rows(page, relations))
 
 
 class OrderDetail(APIView):
@@ -82,8 +81,11 @@ class OrderDetail(APIView):
     @schema.get_order
     @conditional_read
     def get(self, request: Request, order_id: str) -> Response:
-        order = selectors.get_order(tenant=principal_of(request).tenant, order_id=order_id)
-        return Response(OrderOutput(order).data)
+        order, relations = selectors.order_row(
+            tenant=principal_of(request).tenant, order_id=order_id
+        )
+        # Rendered from the row, as a list page is (orders/rendering.py).
+        return Response(orders_from_rows([order], relations)[0])
 
     @schema.put_order
     @idempotent_command

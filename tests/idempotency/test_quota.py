@@ -22,6 +22,7 @@ from idempotency import quota
 from idempotency.models import IdempotencyKey, StorageUsage, StoredAnswer
 from idempotency.services import purge_expired_keys
 from orders.models import Order
+from tests.orders.test_query_counts import CREATE_ORDER_QUERIES
 from tests.support.concurrency import run_concurrently
 from tests.support.http import Api, problem
 
@@ -180,11 +181,15 @@ def test_a_claim_reads_the_total_in_its_own_statement(
 ) -> None:
     api.post("/v1/orders", order_body, key="warm")
 
-    with django_assert_num_queries(8) as queries:
+    with django_assert_num_queries(CREATE_ORDER_QUERIES) as queries:
         api.post("/v1/orders", order_body, key="counted")
 
     claim = next(q["sql"] for q in queries.captured_queries if "ON CONFLICT" in q["sql"])
-    store = next(q["sql"] for q in queries.captured_queries if "storedanswer" in q["sql"])
+    store = next(
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith('INSERT INTO "idempotency_storedanswer')
+    )
     assert "RETURNING" in claim
     assert "idempotency_storageusage" in claim
     assert "DO UPDATE" in store

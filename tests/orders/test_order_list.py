@@ -1,9 +1,11 @@
-"""A list entry is the order as its read shows it, however the list builds it.
+"""An order is the same bytes wherever it is read, however the read builds it.
 
-``GET /v1/orders`` renders its rows with ``order_list_entries``, not with
-``OrderOutput`` (orders/serializers.py says why); ``OrderOutput`` remains
-the definition of the entry and the schema's source. These tests hold the
-two to the same bytes, and the list to ``GET /v1/orders/{id}``.
+``GET /v1/orders`` and ``GET /v1/orders/{id}`` render rows with
+``orders_from_rows``, not with ``OrderOutput`` (orders/rendering.py says
+why); ``OrderOutput`` remains the definition of an order's representation
+and the schema's source. These tests hold the two to the same bytes, the
+read's ETag to ``order_etag`` (which ``If-Match`` compares), and the list
+to ``GET /v1/orders/{id}``.
 """
 
 import pytest
@@ -11,9 +13,9 @@ from pytest_django import DjangoAssertNumQueries
 from rest_framework.renderers import JSONRenderer
 
 from orders import selectors, services
-from orders.list_page import order_list_entries
 from orders.models import Order, Payment
-from orders.serializers import OrderOutput
+from orders.rendering import orders_from_rows
+from orders.serializers import OrderOutput, order_etag
 from orders.services import NewOrder, OrderLine
 from tests.orders.conftest import PlaceOrders
 from tests.support.http import Api, body_of
@@ -52,12 +54,34 @@ def test_the_lists_entries_are_the_bytes_order_output_writes(
         services.put_order(tenant=owner, order_id="ord_chosen", new_order=chosen)
     rows = list(selectors.order_rows_of(tenant=tenant).order_by(*NEWEST_FIRST))
 
-    fast = order_list_entries(rows, selectors.relations_of(orders=rows))
+    fast = orders_from_rows(rows, selectors.relations_of(orders=rows))
     slow = OrderOutput(selectors.orders_of(tenant=tenant).order_by(*NEWEST_FIRST), many=True).data
 
     assert len(fast) == 6
     assert {entry["status"] for entry in fast} == {"pending", "cancelled"}
     assert JSONRenderer().render(fast) == JSONRenderer().render(slow)
+
+
+def test_the_read_of_an_order_is_the_bytes_order_output_writes(
+    api: Api, stranger_api: Api, place_orders: PlaceOrders
+) -> None:
+    tenant = api.principal.tenant
+    (hundred_lines,) = place_orders(tenant, count=1, lines=100)
+    (paid_twice,) = place_orders(tenant, count=1, lines=1)
+    _pay_twice(paid_twice)
+    (cancelled,) = place_orders(tenant, count=1, lines=3)
+    services.cancel_order(tenant=tenant, order_id=cancelled.id)
+    chosen = NewOrder(customer_id="c", currency="RUB", items=[OrderLine(sku="ABC", qty=7)])
+    # The same id in another tenant is another order, with lines of its own.
+    for owner in (stranger_api.principal.tenant, tenant):
+        services.put_order(tenant=owner, order_id="ord_chosen", new_order=chosen)
+
+    for order_id in (hundred_lines.id, paid_twice.id, cancelled.id, "ord_chosen"):
+        response = api.get(f"/v1/orders/{order_id}")
+        order = selectors.get_order(tenant=tenant, order_id=order_id)
+
+        assert response.content == JSONRenderer().render(OrderOutput(order).data)
+        assert response["ETag"] == order_etag(order)
 
 
 def test_no_order_has_no_relations_and_costs_no_query(
@@ -66,7 +90,7 @@ def test_no_order_has_no_relations_and_costs_no_query(
     with django_assert_num_queries(0):
         relations = selectors.relations_of(orders=[])
 
-    assert order_list_entries([], relations) == []
+    assert orders_from_rows([], relations) == []
 
 
 def _pay_twice(order: Order) -> None:
