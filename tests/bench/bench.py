@@ -12,6 +12,11 @@ that a drift of the machine spreads over all of them:
   almost every command is a first execution;
 - replays of one ``POST /v1/orders`` against first executions, and against
   reads of the same order, ``GET /v1/orders/{id}``;
+- a retry storm: 8 clients placing orders while 8 others replay
+  completed keys, against the same 8 clients placing orders alone, in
+  alternating rounds: the share of their throughput that first executions
+  keep while the retries arrive (closed-loop clients: about
+  1 / (1 + a replay's cost / a first execution's));
 - the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment;
 - the guard's CPU against the unguarded view's, in one process, where the
   machine's drift cancels out (tests/bench/in_process.py);
@@ -50,6 +55,8 @@ ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency":
 # the median of 20 rounds is good to about ±0.03, that of 10 to ±0.04.
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "20"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "2"))
+# Rounds of the retry storm, each a run alone and a run beside the replays.
+STORM_ROUNDS = int(os.environ.get("BENCH_STORM_ROUNDS", "10"))
 # The loads whose ratio matters most run side by side in each round.
 _PAIRS = (("guarded", "unguarded"), ("replay", "read"))
 
@@ -60,6 +67,7 @@ def main() -> None:
         bench = Bench(live.base_url, token)
         bench.run()
         guard_cpu(env, token)
+        fixed_costs(env, token)
         list_cpu(env)
         bench.hostile_bodies()
 
@@ -81,6 +89,16 @@ def guard_cpu(env: dict[str, str], token: str) -> None:
     ]:
         print(
             f"  {label:40s} {statistics.median(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        )
+
+
+def fixed_costs(env: dict[str, str], token: str) -> None:
+    costs = in_process.measure_fixed_costs(env, token, ORDER)
+    print("what every request pays, in one process, on replays (tests/bench/in_process.py):")
+    for name, label in in_process.FIXED_COSTS.items():
+        print(
+            f"  {label:84s} {statistics.median(costs[name]):4.0f} µs"
+            f" ({min(costs[name]):.0f}-{max(costs[name]):.0f})"
         )
 
 
@@ -182,6 +200,7 @@ class Bench:
         for label, over, under in [
             ("guarded / unguarded first executions", "guarded", "unguarded"),
             ("replays / first executions", "replay", "guarded"),
+            ("reads / first executions", "read", "guarded"),
             ("replays / reads", "replay", "read"),
         ]:
             ratios = [a / b for a, b in zip(rates[over], rates[under], strict=True)]
@@ -203,9 +222,43 @@ class Bench:
                 f" {cost.wrk_ms:6.2f} {cost.wal_bytes:6.0f} B"
             )
         print(f"  a stored key takes {key_row_bytes} bytes with its answer, indexes included")
+        self.retry_storm(loads["guarded"], loads["replay"])
         print("payment (pm_card_ok), 202 to succeeded, 20 payments:")
         print(f"  median {statistics.median(to_succeeded):7.1f} ms")
         print(f"  max    {max(to_succeeded):7.1f} ms")
+
+    def retry_storm(self, first: wrk.Load, retry: wrk.Load) -> None:
+        """First executions from 8 clients, alone and beside 8 clients replaying, by turns."""
+        alone: list[float] = []
+        beside: list[float] = []
+        replays: list[float] = []
+        for round_ in range(STORM_ROUNDS):
+            for storm in (False, True) if round_ % 2 == 0 else (True, False):
+                retries = (
+                    wrk.Background(self.base_url, retry, connections=8, seconds=SECONDS + 5)
+                    if storm
+                    else None
+                )
+                result = wrk.run(self.base_url, first, connections=8, seconds=SECONDS)
+                if retries is None:
+                    alone.append(result.rate)
+                else:
+                    beside.append(result.rate)
+                    replays.append(retries.stop().rate)
+        shares = [b / a for a, b in zip(alone, beside, strict=True)]
+        print(
+            f"retry storm, {STORM_ROUNDS} rounds of {SECONDS:g} s: 8 clients placing orders,"
+            " alone and beside 8 clients replaying completed keys:"
+        )
+        print(
+            f"  first executions alone {statistics.median(alone):6.0f} req/s,"
+            f" beside the replays {statistics.median(beside):6.0f} req/s"
+            f" (and {statistics.median(replays):.0f} replays/s)"
+        )
+        print(
+            f"  {'share the first executions keep':40s} {statistics.median(shares):5.2f}"
+            f" ({min(shares):.2f}-{max(shares):.2f})"
+        )
 
     def hostile_bodies(self) -> None:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")

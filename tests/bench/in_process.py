@@ -18,6 +18,7 @@ against one of 100 lines each, alternating, and what the biggest page
 leaves allocated in the process.
 """
 
+import importlib
 import io
 import json
 import os
@@ -52,7 +53,7 @@ def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000)
     ``env`` is the served service's (its database, its secret key): the
     settings are read once, when the application is built here.
     """
-    os.environ.update(env)
+    _settle(env)
     from django.db import connection
 
     from tests.bench.wsgi import application
@@ -95,6 +96,16 @@ def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000)
     )
 
 
+def _settle(env: Mapping[str, str]) -> None:
+    """The served service's settings for this process, read when the application is built.
+
+    One database connection for the whole measure: with the deployed
+    CONN_MAX_AGE (60 s), Django would replace it midway, and its PostgreSQL
+    backend, whose CPU is read around each request, with it.
+    """
+    os.environ.update({**env, "CONN_MAX_AGE": "86400"})
+
+
 def _call(
     application: Any, token: str, method: str, path: str, *, raw: bytes = b"", **extra: str
 ) -> tuple[str, bytes]:
@@ -124,6 +135,111 @@ def _call(
 def _backend_seconds(connection: Any) -> float:
     pid = connection.connection.info.backend_pid
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+# What every request pays besides its own work, each measured by turning it
+# off and on (tests/bench/in_process.py, :func:`measure_fixed_costs`).
+FIXED_COSTS = {
+    "log": "the request's log line (LOG_LEVEL=INFO; the bench serves at WARNING)",
+    "metrics": "its metrics (HTTP counter and histogram, the command's outcome and duration)",
+    "health_check": "the database health check (CONN_HEALTH_CHECKS: a SELECT 1 per request)",
+}
+
+
+def measure_fixed_costs(
+    env: Mapping[str, str], token: str, body: Any, *, rounds: int = 10, per_round: int = 200
+) -> dict[str, list[float]]:
+    """CPU per request (µs, process and its backend) of each of ``FIXED_COSTS``, per round.
+
+    Each is measured on replays of one ``POST /v1/orders``, the cheapest
+    command: requests with the part on and off alternate, and a round's
+    figure is the difference of their means. The log line is written to
+    /dev/null, where a deployment writes it to a pipe or a file.
+    """
+    _settle(env)
+    import logging
+
+    from django.db import connection
+
+    from tests.bench.wsgi import application
+
+    # Imported once the application has set Django up.
+    middleware: Any = importlib.import_module("api.middleware")
+    commands: Any = importlib.import_module("idempotency.commands")
+
+    raw = json.dumps(body).encode()
+
+    def replay() -> None:
+        status, _ = _call(
+            application, token, "POST", "/v1/orders", raw=raw, HTTP_IDEMPOTENCY_KEY="fixed-costs"
+        )
+        assert status.startswith("201"), status
+
+    request_log, real_logger = logging.getLogger("order_service.request"), middleware.logger
+    real_metrics = {
+        module: {name: getattr(module, name) for name in names}
+        for module, names in [
+            (middleware, ("HTTP_REQUESTS", "HTTP_DURATION")),
+            (commands, ("IDEMPOTENCY_OUTCOMES", "COMMAND_DURATION")),
+        ]
+    }
+
+    def metrics(on: bool) -> None:
+        for module, names in real_metrics.items():
+            for name, metric in names.items():
+                setattr(module, name, metric if on else _NoMetric())
+
+    def log(on: bool) -> None:
+        request_log.setLevel(logging.INFO)
+        middleware.logger = real_logger if on else _NoMetric()
+
+    def health_check(on: bool) -> None:
+        connection.health_check_enabled = on  # type: ignore[attr-defined]
+
+    switches: dict[str, Callable[[bool], None]] = {
+        "log": log,
+        "metrics": metrics,
+        "health_check": health_check,
+    }
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    streams = [(h, h.setStream(open(os.devnull, "w"))) for h in handlers]  # noqa: SIM115
+    try:
+        replay()
+        costs: dict[str, list[float]] = {name: [] for name in switches}
+        for name, switch in switches.items():
+            for _ in range(rounds):
+                spent = {True: 0.0, False: 0.0}
+                for i in range(per_round):
+                    for on in (True, False) if i % 2 == 0 else (False, True):
+                        switch(on)
+                        python, postgres = time.process_time(), _backend_seconds(connection)
+                        replay()
+                        spent[on] += time.process_time() - python
+                        spent[on] += _backend_seconds(connection) - postgres
+                costs[name].append((spent[True] - spent[False]) * 1e6 / per_round)
+            switch(True)
+        return costs
+    finally:
+        request_log.setLevel(logging.NOTSET)
+        for handler, stream in streams:
+            if stream is not None and (devnull := handler.setStream(stream)) is not None:
+                devnull.close()
+
+
+class _NoMetric:
+    """A metric (or logger) that records nothing, in place of one being measured."""
+
+    def labels(self, *_: Any) -> "_NoMetric":
+        return self
+
+    def inc(self, *_: Any) -> None:
+        pass
+
+    def observe(self, *_: Any) -> None:
+        pass
+
+    def info(self, *_: Any, **__: Any) -> None:
+        pass
 
 
 # The shapes of the list's pages: orders of one line, and of the most
@@ -167,7 +283,7 @@ def measure_lists(env: Mapping[str, str], *, rounds: int = 10, per_round: int = 
     Each shape is a tenant of its own with 200 orders, placed here through
     the service. ``env`` is as for :func:`measure`.
     """
-    os.environ.update(env)
+    _settle(env)
     from django.db import connection
 
     from tests.bench.wsgi import application
