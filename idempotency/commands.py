@@ -359,12 +359,9 @@ def _claim_or_find(cursor: CursorWrapper, command: Command) -> _Claim | Idempote
                 usage = quota.usage_of(command.principal, now=timezone.now(), claim=claimed.bytes)
                 raise KeyQuotaExceeded(headers={"Retry-After": str(usage.retry_after)})
             return claimed
-        record = _lookup(command)
+        record = _find(command)
         if record is None:
-            continue  # purged after our claim saw it
-        if record.is_expired:
-            _forget(record)
-            continue
+            continue  # purged after our claim saw it, or expired and forgotten
         return record
     raise IdempotencyKeyInProgress(headers={"Retry-After": policy.in_progress_retry_after()})
 

@@ -113,7 +113,10 @@ def order_row(*, tenant: Tenant, order_id: str) -> tuple[dict[str, Any], OrderRe
 
 
 def get_order(*, tenant: Tenant, order_id: str) -> Order:
-    """The tenant's order, with its lines and payments.
+    """The tenant's order, with its lines and payments, as instances.
+
+    ``GET /v1/orders/{id}`` reads :func:`order_row` instead; its answer is
+    held byte for byte to ``OrderOutput`` of this (tests/orders/test_order_list.py).
 
     :raises NoSuchOrder: no such order in this tenant (another tenant's is as
         absent as a missing one).

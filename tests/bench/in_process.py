@@ -187,11 +187,11 @@ def measure_fixed_costs(
     def metrics(on: bool) -> None:
         for module, names in real_metrics.items():
             for name, metric in names.items():
-                setattr(module, name, metric if on else _NoMetric())
+                setattr(module, name, metric if on else _Silent())
 
     def log(on: bool) -> None:
         request_log.setLevel(logging.INFO)
-        middleware.logger = real_logger if on else _NoMetric()
+        middleware.logger = real_logger if on else _Silent()
 
     def health_check(on: bool) -> None:
         connection.health_check_enabled = on  # type: ignore[attr-defined]
@@ -226,10 +226,10 @@ def measure_fixed_costs(
                 devnull.close()
 
 
-class _NoMetric:
-    """A metric (or logger) that records nothing, in place of one being measured."""
+class _Silent:
+    """A metric or a logger that records nothing, in place of one being measured."""
 
-    def labels(self, *_: Any) -> "_NoMetric":
+    def labels(self, *_: Any) -> "_Silent":
         return self
 
     def inc(self, *_: Any) -> None:
