@@ -13,3 +13,7 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         from api import openapi  # noqa: F401 - registers the schema extensions
+        from observability.health import ReadinessCollector
+        from observability.metrics import register_collector
+
+        register_collector(ReadinessCollector())

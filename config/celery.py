@@ -10,6 +10,7 @@ from celery import Celery, Task, signals
 from celery.worker.consumer import Consumer
 from kombu import Connection
 
+from observability import worker_metrics
 from observability.tracing import new_trace_id
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -99,3 +100,34 @@ def _log_task(task: Task, state: str | None = None, **kwargs: Any) -> None:
     duration = round((time.perf_counter() - started) * 1000, 2) if started else None
     _task_logger.info("task", state=state, duration_ms=duration)
     structlog.contextvars.clear_contextvars()
+
+
+# A worker's own metrics (observability/worker_metrics.py), in the real
+# worker only (``celery worker`` sends celeryd_init; a test's worker does
+# not). celeryd_init comes before Django loads the apps, whose modules
+# define the metrics; worker_init after, and before the pool forks.
+
+_metrics_directory: str | None = None
+
+
+@signals.celeryd_init.connect
+def _prepare_worker_metrics(**kwargs: Any) -> None:
+    global _metrics_directory
+    from django.conf import settings
+
+    if settings.WORKER_METRICS_PORT:
+        _metrics_directory = worker_metrics.prepare_directory()
+
+
+@signals.worker_init.connect
+def _serve_worker_metrics(**kwargs: Any) -> None:
+    from django.conf import settings
+
+    if _metrics_directory is not None:
+        worker_metrics.serve(settings.WORKER_METRICS_PORT, _metrics_directory)
+
+
+@signals.worker_shutdown.connect
+def _remove_worker_metrics(**kwargs: Any) -> None:
+    if _metrics_directory is not None:
+        worker_metrics.remove_directory(_metrics_directory)

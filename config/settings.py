@@ -242,6 +242,9 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "socket_connect_timeout": 2,
         "socket_timeout": 3,
     }
+# Port of a worker's own /metrics: provider calls and operations ending,
+# which only workers see (observability/worker_metrics.py); 0 serves none.
+WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=9540)
 # Our JSON logging (below) applies to the worker too.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

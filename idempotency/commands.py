@@ -77,7 +77,7 @@ from rest_framework.views import APIView
 
 from accounts.authentication import principal_of
 from accounts.models import Principal
-from api.errors import ApplicationError, render_exception
+from api.errors import ApplicationError, database_unavailable, render_exception
 from api.plain_reads import Selected, split
 from idempotency import policy, quota
 from idempotency.errors import (
@@ -88,7 +88,7 @@ from idempotency.errors import (
     KeyQuotaExceeded,
 )
 from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched_pointers
-from idempotency.headers import HEADER, parse_idempotency_key
+from idempotency.headers import HEADER, key_digest, parse_idempotency_key
 from idempotency.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
 from idempotency.models import IdempotencyKey, StorageUsage, StoredAnswer
 
@@ -150,11 +150,19 @@ def idempotent_command(
             except ApplicationError as exc:
                 outcome = _OUTCOME_OF_REFUSAL.get(type(exc), outcome)
                 raise
+            except Exception as exc:
+                if database_unavailable(exc):
+                    outcome = Outcome.UNAVAILABLE
+                raise
             finally:
                 IDEMPOTENCY_OUTCOMES.labels(name, outcome).inc()
                 COMMAND_DURATION.labels(name).observe(time.perf_counter() - started)
                 # For the request's log line (api.middleware).
-                structlog.contextvars.bind_contextvars(command=name, idempotency_outcome=outcome)
+                structlog.contextvars.bind_contextvars(
+                    command=name,
+                    idempotency_outcome=outcome,
+                    idempotency_key_digest=key_digest(request.headers.get(HEADER)),
+                )
             return response
 
         wrapper.idempotent_command = True  # type: ignore[attr-defined]
@@ -175,6 +183,8 @@ class Outcome(StrEnum):
     QUOTA_EXCEEDED = "quota_exceeded"
     # Refused before it started for another reason: media type, JSON.
     REFUSED = "refused"
+    # The database failed under it (503 ServiceUnavailable): nothing stored.
+    UNAVAILABLE = "unavailable"
 
 
 _OUTCOME_OF_REFUSAL = {

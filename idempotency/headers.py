@@ -4,6 +4,7 @@ import re
 from typing import Any
 
 import http_sf
+from django.utils.crypto import salted_hmac
 
 from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyRequired
 from idempotency.policy import MAX_KEY_LENGTH
@@ -41,3 +42,24 @@ def parse_idempotency_key(raw: str | None) -> str:
     if not KEY_PATTERN.fullmatch(value):
         raise IdempotencyKeyInvalid()
     return value
+
+
+def key_digest(raw: str | None) -> str | None:
+    """A keyed digest of the key a header names, for logs: never the key itself.
+
+    An operator follows one key's attempts by it (the client quotes its key;
+    ``manage.py idempotency_key_digest`` gives its digest), and the logs
+    hold no key: a key of few letters (``order-1``) could be guessed back
+    from a plain hash, not from one keyed by the deployment's secret. A
+    value that is no key is digested as it was sent.
+    """
+    if raw is None:
+        return None
+    try:
+        key = parse_idempotency_key(raw)
+    except IdempotencyKeyInvalid:
+        key = raw
+    return salted_hmac(_DIGEST_SALT, key, algorithm="sha256").hexdigest()[:16]
+
+
+_DIGEST_SALT = "order_service.idempotency.key_digest"

@@ -16,7 +16,10 @@ workers were restarted since.
 """
 
 import os
+from collections.abc import Iterable
 
+import structlog
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -25,9 +28,12 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import REGISTRY, Collector
 
 from observability.metrics_archive import ConsistentCollector
+
+logger = structlog.get_logger(__name__)
 
 # From 5 ms (a replay) to 10 s (past every timeout of a command).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -50,9 +56,33 @@ _collectors: list[Collector] = []
 
 
 def register_collector(collector: Collector) -> None:
-    """Serve ``collector`` at ``/metrics``, whichever process answers the scrape."""
+    """Serve ``collector`` at ``/metrics``, whichever process answers the scrape.
+
+    A collector that reads the database yields nothing while the database
+    fails: the scrape still answers, with the counters and
+    ``service_ready{check="database"} 0``, which is what an operator needs then.
+    """
+    collector = _Tolerant(collector)
     REGISTRY.register(collector)
     _collectors.append(collector)
+
+
+class _Tolerant(Collector):
+    def __init__(self, collector: Collector) -> None:
+        self._collector = collector
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            # Whole, so that a failure halfway yields no family half-filled.
+            return list(self._collector.collect())
+        except DatabaseError:
+            logger.warning(
+                "metrics not read from the database", collector=type(self._collector).__name__
+            )
+            return []
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

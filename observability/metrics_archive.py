@@ -141,7 +141,7 @@ def fold_dead_worker(pid: int, directory: str | None = None) -> bool:
                 # A pid put off may have been given to a new worker since;
                 # that worker carries on the files' counts (prometheus_client
                 # opens them as they are) and they are folded when it ends.
-                if dead == pid or not _alive(dead):
+                if dead == pid or not process_alive(dead):
                     _fold(dead, directory)
                     _deferred.discard(dead)
     except TimeoutError:
@@ -155,7 +155,7 @@ def fold_dead_worker(pid: int, directory: str | None = None) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

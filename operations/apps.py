@@ -9,9 +9,11 @@ class OperationsConfig(AppConfig):
         from celery import current_app
 
         from observability.metrics import register_collector
-        from operations.metrics import OperationsCollector
+        from observability.worker_metrics import register_series
+        from operations.metrics import OperationsCollector, initialise_series
         from operations.worker import OperationSweep
 
         register_collector(OperationsCollector())
+        register_series(initialise_series)
         # Every worker of this process's Celery app sweeps (operations.worker).
         current_app.steps["consumer"].add(OperationSweep)

@@ -1,21 +1,34 @@
-"""Operations at ``/metrics``, read from the database at scrape time.
+"""Operations at ``/metrics``.
+
+Read from the database at scrape time, by the web nodes:
 
 - ``operations{kind, status}``: operations by kind and status;
 - ``operations_oldest_processing_age_seconds{kind}``: how long the oldest
   operation of each kind still processing has waited, 0 when none is. An
   operator alerts on it: it rises when no worker consumes, when the
   provider keeps refusing, or when a backlog grows.
+
+Counted by the workers as operations end, at a worker's own metrics
+(observability/worker_metrics.py):
+
+- ``operations_ended_total{kind, status}`` and ``operation_attempts{kind, status}``,
+  the attempts each took;
+- ``operations_attempts_exhausted_total{kind, error}``: ended ``failed``
+  because their attempt budget ran out (``OPERATION_MAX_ATTEMPTS``), with
+  the kind's retry error (the provider kept refusing) or ``InternalError``.
 """
 
 from collections.abc import Iterator
 
 from django.db.models import Count
 from django.utils import timezone
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from operations import registry
 from operations.models import Operation
+from operations.registry import INTERNAL_ERROR
 from operations.selectors import age, oldest_processing
 
 
@@ -58,3 +71,43 @@ class OperationsCollector(Collector):
         for kind, oldest in oldest_processing().items():
             family.add_metric([kind], 0.0 if oldest is None else age(oldest, now))
         return family
+
+
+OPERATIONS_ENDED = Counter(
+    "operations_ended_total", "Operations that reached a final status.", ["kind", "status"]
+)
+# One bucket per attempt up to the default budget of ten, then coarser.
+OPERATION_ATTEMPTS = Histogram(
+    "operation_attempts",
+    "Attempts an operation took, counted when it ended.",
+    ["kind", "status"],
+    buckets=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20, 50),
+)
+OPERATIONS_EXHAUSTED = Counter(
+    "operations_attempts_exhausted_total",
+    "Operations ended failed because their attempt budget ran out.",
+    ["kind", "error"],
+)
+
+
+def count_ended(operation: Operation, status: str, error_code: str) -> None:
+    """Count an operation that has just ended (once its transaction committed)."""
+    OPERATIONS_ENDED.labels(operation.kind, status).inc()
+    OPERATION_ATTEMPTS.labels(operation.kind, status).observe(operation.attempts)
+    # Only an exhausted budget ends an operation with these codes
+    # (operations.services._give_up); a provider's refusal has its own.
+    if status == Operation.Status.FAILED and error_code in (
+        registry.kind_of(operation).retry.error,
+        INTERNAL_ERROR,
+    ):
+        OPERATIONS_EXHAUSTED.labels(operation.kind, error_code).inc()
+
+
+def initialise_series() -> None:
+    """Every series at 0 (observability.worker_metrics.register_series)."""
+    for kind in registry.registrations():
+        for status in (Operation.Status.SUCCEEDED, Operation.Status.FAILED):
+            OPERATIONS_ENDED.labels(kind.name, status)
+            OPERATION_ATTEMPTS.labels(kind.name, status)
+        for error in (kind.retry.error, INTERNAL_ERROR):
+            OPERATIONS_EXHAUSTED.labels(kind.name, error)

@@ -133,3 +133,8 @@ def kind_of(operation: Operation) -> OperationKind:
 def kinds() -> list[str]:
     """Every registered kind, in registration order (the schema's enum, the metric's labels)."""
     return list(_kinds)
+
+
+def registrations() -> list[OperationKind]:
+    """Every registered kind's registration, in registration order."""
+    return list(_kinds.values())

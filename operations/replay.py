@@ -2,6 +2,7 @@
 
 import json
 
+import structlog
 from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
 
@@ -19,6 +20,7 @@ def with_current_status(record: IdempotencyKey, response: HttpResponse) -> HttpR
     if record.answer.status != 202:
         return response
     body = json.loads(response.content)
+    structlog.contextvars.bind_contextvars(operation_id=body["operationId"])
     status = (
         Operation.objects.filter(pk=body["operationId"], tenant_id=record.tenant_id)
         .values_list("status", flat=True)

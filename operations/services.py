@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from observability.tracing import current_trace_id
-from operations import registry
+from operations import metrics, registry
 from operations.models import Operation
 from operations.registry import INTERNAL_ERROR, Failure, OperationKind
 
@@ -78,6 +78,8 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
         publications=1,
         republish_at=now + _stale_after(),
     )
+    # The request's log line names the operation it started.
+    structlog.contextvars.bind_contextvars(operation_id=operation.id)
     # robust: a broker failure after commit must not turn the committed
     # command into an error; the sweep will publish it.
     transaction.on_commit(
@@ -350,7 +352,7 @@ def finish_operation(
     row, so a late or repeated attempt cannot rewrite a finished operation.
     """
     status = Operation.Status.SUCCEEDED if succeeded else Operation.Status.FAILED
-    return bool(
+    ended = bool(
         Operation.objects.filter(pk=operation.pk, status=Operation.Status.PROCESSING).update(
             status=status,
             error_code=error_code,
@@ -359,6 +361,9 @@ def finish_operation(
             updated_at=timezone.now(),
         )
     )
+    if ended:
+        transaction.on_commit(partial(metrics.count_ended, operation, status, error_code))
+    return ended
 
 
 # --- The sweep --------------------------------------------------------------

@@ -11,3 +11,9 @@ class ProviderConfig(AppConfig):
 
     name = "provider"
     verbose_name = "Payment provider simulator"
+
+    def ready(self) -> None:
+        from observability.worker_metrics import register_series
+        from provider.observed import initialise_series
+
+        register_series(initialise_series)

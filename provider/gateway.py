@@ -69,8 +69,10 @@ class PaymentGateway(Protocol):
 
 
 def get_gateway() -> PaymentGateway:
-    """The configured provider (``PAYMENT_GATEWAY``, a dotted path to a class)."""
+    """The configured provider (``PAYMENT_GATEWAY``, a dotted path to a class), observed."""
     from django.conf import settings
     from django.utils.module_loading import import_string
 
-    return import_string(settings.PAYMENT_GATEWAY)()
+    from provider.observed import ObservedGateway
+
+    return ObservedGateway(import_string(settings.PAYMENT_GATEWAY)())

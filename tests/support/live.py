@@ -148,6 +148,9 @@ def stop(processes: Sequence[subprocess.Popen[Any]]) -> None:
 
 def base_env(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    # Workers serve no metrics unless a test asks: several at once would
+    # contend for the one default port.
+    env["WORKER_METRICS_PORT"] = "0"
     env.update(overrides)
     return env
 
