@@ -15,7 +15,7 @@ from rest_framework.exceptions import ParseError
 from api.connection import close_after_answer
 from api.errors import LengthRequired, PayloadTooLarge, database_unavailable, render_exception
 from observability.metrics import HTTP_DURATION, HTTP_REQUESTS
-from observability.tracing import bind_trace_id, new_trace_id, reset_trace_id
+from observability.tracing import bind_trace_id, request_trace_id, reset_trace_id
 
 # A client's X-Request-ID is echoed only if it is short and plain, so that
 # it can be logged and put in a header without escaping.
@@ -28,12 +28,15 @@ _KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OP
 
 
 class RequestContextMiddleware:
-    """Give every request an id, one log line and its HTTP metrics.
+    """Give every request an id, a trace, one log line and its HTTP metrics.
 
     The id (``X-Request-ID``, echoed when the client sent a sane one) is the
     ``traceId`` of errors and of every log line written while serving the
-    request; the idempotency layer adds the command and its outcome to the
-    same context, so the one line per request carries them.
+    request, unless the request carries a valid W3C ``traceparent``: it then
+    joins the caller's trace, whose id is the ``traceId`` (and the generated
+    ``X-Request-ID``; observability.tracing.request_trace_id). The
+    idempotency layer adds the command and its outcome to the same context,
+    so the one line per request carries them.
 
     It also answers a database failure under any view, DRF's or Django's
     own (the admin), as ``503 ServiceUnavailable``: Django's handler500 is
@@ -45,10 +48,14 @@ class RequestContextMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         incoming = request.headers.get("X-Request-ID", "")
-        request_id = incoming if _SANE_REQUEST_ID.fullmatch(incoming) else new_trace_id()
-        token = bind_trace_id(request_id)
+        sane = incoming if _SANE_REQUEST_ID.fullmatch(incoming) else ""
+        trace_id = request_trace_id(request.headers.get("traceparent", ""), request_id=sane)
+        # Generated, the request id is the trace id, which a client can then
+        # find in its own caller's trace.
+        request_id = sane or trace_id
+        token = bind_trace_id(trace_id)
         structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(trace_id=request_id)
+        structlog.contextvars.bind_contextvars(trace_id=trace_id)
         started = time.perf_counter()
         try:
             response = self.get_response(request)

@@ -11,7 +11,15 @@ from celery.worker.consumer import Consumer
 from kombu import Connection
 
 from observability import worker_metrics
-from observability.tracing import new_trace_id
+from observability.tracing import (
+    TRACE_ID_HEADER,
+    TRACEPARENT_HEADER,
+    bind_trace_id,
+    export_if_configured,
+    flush_spans,
+    reset_trace_id,
+    trace_id_of_message,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -85,13 +93,16 @@ _task_logger = structlog.get_logger("order_service.task")
 
 @signals.task_prerun.connect
 def _bind_task_context(task_id: str, task: Task, **kwargs: Any) -> None:
-    structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(
-        trace_id=getattr(task.request, "trace_id", None) or new_trace_id(),
-        task=task.name,
-        task_id=task_id,
+    request = task.request
+    trace_id = trace_id_of_message(
+        getattr(request, TRACE_ID_HEADER, None), getattr(request, TRACEPARENT_HEADER, None)
     )
-    task.request.started_at = time.perf_counter()
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(trace_id=trace_id, task=task.name, task_id=task_id)
+    # The task's own trace id too (observability.tracing.current_trace_id),
+    # for what it calls: the provider, an operation it starts.
+    request.trace_token = bind_trace_id(trace_id)
+    request.started_at = time.perf_counter()
 
 
 @signals.task_postrun.connect
@@ -100,6 +111,38 @@ def _log_task(task: Task, state: str | None = None, **kwargs: Any) -> None:
     duration = round((time.perf_counter() - started) * 1000, 2) if started else None
     _task_logger.info("task", state=state, duration_ms=duration)
     structlog.contextvars.clear_contextvars()
+    if (token := getattr(task.request, "trace_token", None)) is not None:
+        reset_trace_id(token)
+
+
+# Spans, when an OTLP endpoint is set (observability/otel.py), set up in the
+# process that runs the tasks: the exporter's thread and connections would
+# not survive a fork. A prefork pool's children set it up as they start;
+# any other pool (solo, threads) runs the tasks in the worker itself.
+
+
+def _forks(worker: Any) -> bool:
+    pool = worker.pool_cls
+    # A name (-P prefork) or the class itself, as Celery's own Django fixup reads it.
+    name = pool if isinstance(pool, str) else pool.__module__
+    return "prefork" in name or name == "processes"
+
+
+@signals.worker_init.connect
+def _export_spans_unforked(sender: Any, **kwargs: Any) -> None:
+    if not _forks(sender):
+        export_if_configured(django=False)
+
+
+@signals.worker_process_init.connect
+def _export_spans_in_child(**kwargs: Any) -> None:
+    export_if_configured(django=False)
+
+
+@signals.worker_process_shutdown.connect
+def _flush_spans(**kwargs: Any) -> None:
+    # A pool's child ends without running atexit, where the SDK would flush.
+    flush_spans()
 
 
 # A worker's own metrics (observability/worker_metrics.py), in the real

@@ -4,9 +4,14 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 from api.middleware import WholeBodyMiddleware
+from observability.tracing import export_if_configured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+# Before the application loads its middleware, which the Django
+# instrumentation joins, and after the fork: gunicorn loads this module in
+# each worker (config/gunicorn.py does not preload the application).
+export_if_configured(django=True)
 application = WholeBodyMiddleware(get_wsgi_application())
 
 # What the application built while loading lives as long as the process.

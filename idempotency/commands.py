@@ -91,6 +91,7 @@ from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched
 from idempotency.headers import HEADER, key_digest, parse_idempotency_key
 from idempotency.metrics import COMMAND_DURATION, IDEMPOTENCY_OUTCOMES
 from idempotency.models import IdempotencyKey, StorageUsage, StoredAnswer
+from observability.tracing import span
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Headers of a command's response that are part of its answer and replayed
@@ -261,23 +262,27 @@ def run_command(
     try:
         # One cursor for the claim and the store.
         with transaction.atomic(), db.cursor() as cursor:
-            found = _claim_or_find(cursor, command)
+            with span("idempotency.claim"):
+                found = _claim_or_find(cursor, command)
             if isinstance(found, IdempotencyKey):
                 return _replay(command, found, on_replay), Outcome.REPLAYED
             answer = _execute(execute)
-            _store(cursor, found, answer, commits=outermost)
+            with span("idempotency.store"):
+                _store(cursor, found, answer, commits=outermost)
         return answer.response(), Outcome.EXECUTED
     except _CommandFailed as failed:
         # The command's effects rolled back, and the claim with them: the
         # failure is stored in a transaction of its own.
         answer = _storable(_Answer.of(render_exception(failed.__cause__ or failed)))
     with transaction.atomic(), db.cursor() as cursor:
-        found = _claim_or_find(cursor, command)
+        with span("idempotency.claim"):
+            found = _claim_or_find(cursor, command)
         if isinstance(found, IdempotencyKey):
             # Another copy claimed the key between the two transactions and
             # executed it: its answer is the key's.
             return _replay(command, found, on_replay), Outcome.REPLAYED
-        _store(cursor, found, answer, commits=outermost)
+        with span("idempotency.store"):
+            _store(cursor, found, answer, commits=outermost)
     return answer.response(), Outcome.EXECUTED
 
 

@@ -30,7 +30,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Tenant
-from observability.tracing import current_trace_id
+from observability.tracing import continued, current_trace_id, message_headers
 from operations import metrics, registry
 from operations.models import Operation
 from operations.registry import INTERNAL_ERROR, Failure, OperationKind
@@ -98,25 +98,29 @@ def publish(
     """Send the operation's message to the broker; False if the broker is unreachable.
 
     Publishing twice is harmless: a worker must claim the operation first.
-    The message carries the trace id of the request that started the
-    operation, so the task's log lines carry it, and ``published_at``, the
-    time the operation's row records for it. A message with a
-    ``countdown`` is run no sooner than that many seconds from now.
+    The message carries the trace of the request that started the
+    operation (its id, and a W3C ``traceparent``), so the task's log lines
+    and spans are in it, and ``published_at``, the time the operation's row
+    records for it. A message with a ``countdown`` is run no sooner than
+    that many seconds from now.
     """
-    headers: dict[str, str | float] = {"trace_id": trace_id}
+    headers: dict[str, str | float] = {**message_headers(trace_id)}
     if published_at is not None:
         headers[PUBLISHED_AT_HEADER] = published_at.timestamp()
     try:
-        # The Celery app of this process (config/celery.py), without
-        # importing the configuration package.
-        current_app.send_task(
-            RUN_OPERATION_TASK,
-            kwargs={"operation_id": operation_id},
-            headers=headers,
-            countdown=countdown,
-            retry=True,
-            retry_policy=_PUBLISH_RETRY_POLICY,
-        )
+        # The sweep and the retries publish outside that request: its trace
+        # is resumed for the publication's span (a no-op within it).
+        with continued(trace_id):
+            # The Celery app of this process (config/celery.py), without
+            # importing the configuration package.
+            current_app.send_task(
+                RUN_OPERATION_TASK,
+                kwargs={"operation_id": operation_id},
+                headers=headers,
+                countdown=countdown,
+                retry=True,
+                retry_policy=_PUBLISH_RETRY_POLICY,
+            )
     except Exception as exc:
         # One line, not a traceback: during an outage every command says it.
         logger.warning(
