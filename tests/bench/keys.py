@@ -330,9 +330,11 @@ def growth(target: Target, replay_key: str, *, seconds: float) -> None:
     """Part a: claims and replays through the service as the table grows.
 
     Beside wrk's figures, each size gets the database's own cost of a
-    claim's INSERT and a replay's SELECT (``statement_costs``).
+    claim's INSERT and a replay's SELECT (``statement_costs``), and what a
+    scrape of ``/metrics`` takes (``scrape_ms``), which reads the key
+    table's size and the purge's lag.
     """
-    rows: list[tuple[wrk.Result, wrk.Result, StatementCost]] = []
+    rows: list[tuple[wrk.Result, wrk.Result, StatementCost, float]] = []
     print(f"a. key table growth: wrk, 1 thread, {CONNECTIONS} connections, {seconds:g} s each;")
     print(
         "   INSERTs and SELECT: a first execution's two writes and the replay's read alone,"
@@ -341,29 +343,42 @@ def growth(target: Target, replay_key: str, *, seconds: float) -> None:
     print(
         f"  {'keys':>9}  {'claim req/s':>11} {'p50 ms':>7} {'p99 ms':>7}"
         f"  {'replay req/s':>12} {'p50 ms':>7} {'p99 ms':>7}"
-        f"  {'INSERT':>6} {'SELECT':>6}  errors  (filled in)"
+        f"  {'INSERT':>6} {'SELECT':>6}  {'scrape ms':>9}  errors  (filled in)"
     )
     for size in SIZES:
         fill_s = fill_live_keys(target, upto=size)
         claim = measure(target, target.create_load(), seconds=seconds)
         replay = measure(target, target.replay_load(replay_key), seconds=seconds)
         cost = statement_costs(target, replay_key)
-        rows.append((claim, replay, cost))
+        scrape = scrape_ms(target)
+        rows.append((claim, replay, cost, scrape))
         print(
             f"  {size:>9,}  {claim.rate:11.0f} {claim.p50_ms:7.1f} {claim.p99_ms:7.1f}"
             f"  {replay.rate:12.0f} {replay.p50_ms:7.1f} {replay.p99_ms:7.1f}"
-            f"  {cost.claim_us:6.0f} {cost.replay_us:6.0f}"
+            f"  {cost.claim_us:6.0f} {cost.replay_us:6.0f}  {scrape:9.1f}"
             f"  {claim.failed + replay.failed:6d}  ({fill_s:.1f} s)"
         )
-    (claim_1k, replay_1k, cost_1k), (claim_1m, replay_1m, cost_1m) = rows[0], rows[-1]
+    (claim_1k, replay_1k, cost_1k, scrape_1k) = rows[0]
+    (claim_1m, replay_1m, cost_1m, scrape_1m) = rows[-1]
     print(
         f"  10^6 / 10^3: claim {claim_1m.rate / claim_1k.rate:.2f} req/s,"
         f" {claim_1m.p99_ms / claim_1k.p99_ms:.2f} p99,"
         f" {cost_1m.claim_us / cost_1k.claim_us:.2f} INSERT;"
         f" replay {replay_1m.rate / replay_1k.rate:.2f} req/s,"
         f" {replay_1m.p99_ms / replay_1k.p99_ms:.2f} p99,"
-        f" {cost_1m.replay_us / cost_1k.replay_us:.2f} SELECT"
+        f" {cost_1m.replay_us / cost_1k.replay_us:.2f} SELECT;"
+        f" scrape {scrape_1m / scrape_1k:.2f}"
     )
+
+
+def scrape_ms(target: Target, n: int = 20) -> float:
+    """Median milliseconds of a ``/metrics`` scrape, after one unmeasured."""
+    times = []
+    for _ in range(n + 1):
+        started = time.perf_counter()
+        requests.get(target.base_url + "/metrics", timeout=TIMEOUT).raise_for_status()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[1:])
 
 
 _PURGED = re.compile(r"Purged (\d+) expired idempotency keys in ([\d.]+) s")

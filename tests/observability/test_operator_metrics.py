@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
-from pytest_django import Settings
+from pytest_django import DjangoAssertNumQueries, Settings
 
 from idempotency.headers import key_digest
 from idempotency.models import IdempotencyKey
@@ -257,3 +257,13 @@ def test_a_payments_log_lines_name_its_operation(
     requests = [line for line in json_lines(caplog, "request") if line["path"] == "/v1/payments"]
     assert [line.get("operation_id") for line in requests] == [operation_id, operation_id]
     assert [line["operation_id"] for line in json_lines(caplog, "task")] == [operation_id]
+
+
+def test_a_scrape_reads_the_database_in_a_fixed_number_of_queries(
+    client: Client, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    # Operations by kind and status; the oldest processing one of each of
+    # the two kinds (an index probe each); the key table's size and the
+    # purge's lag (one statement); readiness's SELECT 1.
+    with django_assert_num_queries(5):
+        assert client.get("/metrics").status_code == 200
