@@ -229,6 +229,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker that loses the broker tries again every second for as long as it
+# takes (config/celery.py). Celery's default gives up after 100 attempts,
+# and the worker exits ("Unrecoverable error"): a broker down for two
+# minutes left no worker to consume once it was back.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # Redis redelivers an unacknowledged message after this many seconds.

@@ -225,13 +225,23 @@ class Deployment:
         _wait_for_line(log, " ready.", worker)
         return worker
 
+    def wait_for_worker_line(
+        self, worker: subprocess.Popen[bytes], text: str, *, within_s: float = 30
+    ) -> None:
+        """Until ``worker``'s log has ``text``; fails at once if the worker exits."""
+        _wait_for_line(
+            self.var_dir / f"worker-{self.workers.index(worker)}.log", text, worker, within_s
+        )
+
     def close(self) -> None:
         stop([p for p in [self.web, *self.workers] if p is not None and p.poll() is None])
 
 
-def _wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes]) -> None:
+def _wait_for_line(
+    log: Path, text: str, process: subprocess.Popen[bytes], within_s: float = 30
+) -> None:
     # A worker announces that it is connected and consuming in its log alone.
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + within_s
     while text not in log.read_text(errors="replace"):
         assert process.poll() is None, f"the process exited; see {log}"
         assert time.monotonic() < deadline, f"no {text!r} in {log}"

@@ -93,6 +93,40 @@ def test_broker_down_and_back(
     assert figures.recovery_s <= BROKER_BACK_GOAL_S
 
 
+# Celery's own limit of reconnection attempts, after which a worker exited:
+# at one a second (config/celery.py), a broker down for 100 s.
+CELERY_DEFAULT_RECONNECTS = 100
+
+
+def test_broker_down_past_celerys_own_reconnect_limit(
+    deployment: Deployment, broker: RedisServer, token: str, database_url: str
+) -> None:
+    figures = Figures("broker down past 100 reconnects", goal_s=BROKER_BACK_GOAL_S)
+    deployment.start_web()
+    worker = deployment.start_worker()
+    client = RetryingClient(deployment.service.base_url, token, figures)
+    orders = [client.place_order() for _ in range(3)]
+
+    broker.stop()
+    accepted = [client.pay(order) for order in orders]
+    # The worker's next attempt after the last one Celery allowed by default.
+    deployment.wait_for_worker_line(
+        worker, f"({CELERY_DEFAULT_RECONNECTS + 1}/", within_s=CELERY_DEFAULT_RECONNECTS + 30
+    )
+    broker.start()
+    back_at = time.monotonic()
+    figures.recovery_s = seconds_until_finished(
+        database_url, since=back_at, within_s=BROKER_BACK_GOAL_S
+    )
+
+    customers = [o["customerId"] for o in orders]
+    found = figures.audited(audit(database_url, orders=customers, paid=customers))
+    assert all(a["status"] == "processing" for a in accepted)
+    assert worker.poll() is None, "the worker gave up on the broker"
+    assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
+    assert figures.recovery_s <= BROKER_BACK_GOAL_S
+
+
 def test_sigterm_under_load_finishes_what_is_in_flight(
     deployment: Deployment, token: str, database_url: str
 ) -> None:
