@@ -200,3 +200,10 @@ def test_every_alert_is_tested_firing_and_silent_and_every_recording_rule_tested
     # A test of a misspelt alert expects silence and always gets it.
     assert {test["alertname"] for test in alert_tests} - names == set(), "tests of no alert"
     assert {rule["record"] for rule in rules() if "record" in rule} - exprs == set()
+
+
+def test_every_alert_has_its_section_in_the_runbook() -> None:
+    runbook = (ROOT / "docs" / "RUNBOOK.md").read_text()
+    sections = set(re.findall(r"^### (\w+)$", runbook, flags=re.MULTILINE))
+
+    assert {alert["alert"] for alert in alerts()} <= sections
