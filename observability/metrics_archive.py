@@ -120,8 +120,13 @@ class ConsistentCollector(multiprocess.MultiProcessCollector):
 
     def collect(self) -> list[Metric]:
         with _locked(self._path, fcntl.LOCK_SH):
-            files = glob.glob(os.path.join(glob.escape(self._path), "*.db"))
-            return list(self.merge([f for f in files if os.path.getsize(f)], accumulate=True))
+            return list(self.merge(readable_files(self._path), accumulate=True))
+
+
+def readable_files(directory: str) -> list[str]:
+    """The directory's sample files that hold samples: every ``*.db`` but the empty ones."""
+    files = glob.glob(os.path.join(glob.escape(directory), "*.db"))
+    return [f for f in files if os.path.getsize(f)]
 
 
 def fold_dead_worker(pid: int, directory: str | None = None) -> bool:
@@ -142,7 +147,7 @@ def fold_dead_worker(pid: int, directory: str | None = None) -> bool:
                 # that worker carries on the files' counts (prometheus_client
                 # opens them as they are) and they are folded when it ends.
                 if dead == pid or not process_alive(dead):
-                    _fold(dead, directory)
+                    fold_files(dead, directory)
                     _deferred.discard(dead)
     except TimeoutError:
         logger.warning(
@@ -165,7 +170,12 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def _fold(pid: int, directory: str) -> None:
+def fold_files(pid: int, directory: str) -> None:
+    """Move the dead process ``pid``'s samples into the archive, with no lock.
+
+    For a caller that keeps every reader of the directory out meanwhile
+    (:func:`fold_dead_worker` with the lock file).
+    """
     multiprocess.mark_process_dead(pid, directory)
     suffix = f"_{pid}.db"
     for dead in glob.glob(os.path.join(glob.escape(directory), f"*{suffix}")):

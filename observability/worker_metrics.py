@@ -28,16 +28,13 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+from prometheus_client.metrics_core import Metric
 
-from observability.metrics_archive import (
-    ARCHIVE,
-    ConsistentCollector,
-    fold_dead_worker,
-    process_alive,
-)
+from observability.metrics_archive import ARCHIVE, fold_files, process_alive, readable_files
 
 logger = logging.getLogger(__name__)
 
@@ -96,13 +93,25 @@ def remove_directory(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-class _FoldingCollector(ConsistentCollector):
-    """The worker's processes' samples, the ended ones folded into the archive first."""
+class _FoldingCollector(multiprocess.MultiProcessCollector):
+    """The worker's processes' samples, the ended ones folded first, one scrape at a time.
 
-    def collect(self):  # type: ignore[no-untyped-def]
-        for pid in _dead_pids(self._path):
-            fold_dead_worker(pid, self._path)
-        return super().collect()
+    Not metrics_archive's lock file, which gunicorn's master and its
+    workers share: here the scrapes, in threads of the main process, are
+    the only ones that fold or read, and the pool forks its children from
+    that process while they run. A child forked while a scrape held the
+    file's lock held it too (``flock`` belongs to the open file, which the
+    child inherits) for as long as it lived, and every scrape after waited
+    on it: a lock of the process cannot be inherited that way.
+    """
+
+    _lock = threading.Lock()
+
+    def collect(self) -> list[Metric]:
+        with self._lock:
+            for pid in _dead_pids(self._path):
+                fold_files(pid, self._path)
+            return list(self.merge(readable_files(self._path), accumulate=True))
 
 
 def _dead_pids(directory: str) -> set[int]:
