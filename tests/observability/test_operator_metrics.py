@@ -24,6 +24,7 @@ from idempotency.services import purge
 from orders.models import Product
 from tests.api.test_database_unavailable import table_locked, table_of, unreachable_database
 from tests.observability.test_observability import json_lines
+from tests.orders.test_payment_endings import place_order
 from tests.support.concurrency import FinishedOperation
 from tests.support.http import Api, body_of, payment_body
 
@@ -67,15 +68,6 @@ def until_tasks_settle() -> Iterator[Until]:
 
     yield wait
     task_postrun.disconnect(on_task_end)
-
-
-def place_order(api: Api, key: str = "order") -> dict[str, Any]:
-    created = api.post(
-        "/v1/orders",
-        {"customerId": "c", "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"},
-        key=key,
-    )
-    return body_of(created)["order"]
 
 
 def pay(api: Api, method: str, key: str = "pay") -> str:
