@@ -8,6 +8,7 @@ derived from the payment makes every attempt one charge.
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ import pytest
 import requests
 
 from tests.faults.harness import (
+    Audit,
     Deployment,
     Figures,
     RetryingClient,
@@ -78,19 +80,26 @@ def test_broker_down_and_back(
     ready = requests.get(deployment.service.url("/readyz"), timeout=10)
     # Long enough for Celery's own reconnect backoff (2, 4, 6… s) to show.
     time.sleep(max(0.0, BROKER_OUTAGE_S - (time.monotonic() - down_at)))
-    broker.start()
-    back_at = time.monotonic()
-    figures.recovery_s = seconds_until_finished(
-        database_url, since=back_at, within_s=BROKER_BACK_GOAL_S
-    )
+    found, recovery_s = broker_back_then_audit(broker, database_url, orders, figures)
 
-    customers = [o["customerId"] for o in orders]
-    found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert all(a["status"] == "processing" for a in accepted)
     assert ready.status_code == 503
     assert ready.json()["checks"] == {"database": True, "broker": False}
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
-    assert figures.recovery_s <= BROKER_BACK_GOAL_S
+    assert recovery_s <= BROKER_BACK_GOAL_S
+
+
+def broker_back_then_audit(
+    broker: RedisServer, database_url: str, orders: Sequence[dict[str, Any]], figures: Figures
+) -> tuple[Audit, float]:
+    """Start the broker again; the audit of ``orders`` once every operation ended, and when."""
+    broker.start()
+    back_at = time.monotonic()
+    recovery_s = figures.recovery_s = seconds_until_finished(
+        database_url, since=back_at, within_s=BROKER_BACK_GOAL_S
+    )
+    customers = [o["customerId"] for o in orders]
+    return figures.audited(audit(database_url, orders=customers, paid=customers)), recovery_s
 
 
 # Celery's own limit of reconnection attempts, after which a worker exited:
@@ -113,18 +122,12 @@ def test_broker_down_past_celerys_own_reconnect_limit(
     deployment.wait_for_worker_line(
         worker, f"({CELERY_DEFAULT_RECONNECTS + 1}/", within_s=CELERY_DEFAULT_RECONNECTS + 30
     )
-    broker.start()
-    back_at = time.monotonic()
-    figures.recovery_s = seconds_until_finished(
-        database_url, since=back_at, within_s=BROKER_BACK_GOAL_S
-    )
+    found, recovery_s = broker_back_then_audit(broker, database_url, orders, figures)
 
-    customers = [o["customerId"] for o in orders]
-    found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert all(a["status"] == "processing" for a in accepted)
     assert worker.poll() is None, "the worker gave up on the broker"
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
-    assert figures.recovery_s <= BROKER_BACK_GOAL_S
+    assert recovery_s <= BROKER_BACK_GOAL_S
 
 
 def test_sigterm_under_load_finishes_what_is_in_flight(
