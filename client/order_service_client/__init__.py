@@ -5,8 +5,9 @@ The service makes every command safe to repeat: a command carries an
 repeat with the stored answer. This package is the other half of that
 promise, the part only a client can keep:
 
-- one key per intended action, the same on every retry, kept on disk
-  across crashes when asked (:mod:`order_service_client.keys`);
+- one key per intended action, the same on every retry, kept (on disk,
+  across crashes and reruns, when asked) for as long as the service keeps
+  it (:mod:`order_service_client.keys`);
 - retries of exactly the outcomes that may change, waiting as the service
   says or with jittered backoff, within a deadline
   (:mod:`order_service_client.retry`);
@@ -24,7 +25,7 @@ promise, the part only a client can keep:
     with OrderServiceClient("http://127.0.0.1:8000", token, key_store=keys) as client:
         created = client.create_order(
             customer_id="c-1", currency="RUB", items=[{"sku": "ABC", "qty": 2}],
-            intent="order:cart-81",   # a crash and a rerun place this order once
+            intent="order:cart-81",   # a rerun within 24 h replays this order
         )
         order = created.body["order"]
         accepted = client.pay(
@@ -64,10 +65,17 @@ from order_service_client.errors import (
     ValidationFailed,
     error_from_response,
 )
-from order_service_client.keys import KeyStore, MemoryKeyStore, SQLiteKeyStore, new_key
+from order_service_client.keys import (
+    DEFAULT_RETENTION,
+    KeyStore,
+    MemoryKeyStore,
+    SQLiteKeyStore,
+    new_key,
+)
 from order_service_client.retry import RetryEvent, RetryPolicy
 
 __all__ = [
+    "DEFAULT_RETENTION",
     "ERROR_CLASSES",
     "ApiError",
     "AsyncOrderServiceClient",

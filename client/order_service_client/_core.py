@@ -109,7 +109,6 @@ class _Call:
     path: str
     content: bytes | None = None
     key: str | None = None
-    intent: str | None = None
     if_match: str | None = None
 
     @property
@@ -325,7 +324,6 @@ class _ClientCore:
             path,
             content=content.encode(),
             key=_check_key(key),
-            intent=intent,
             if_match=if_match,
         )
 
@@ -394,22 +392,19 @@ class _ClientCore:
     def _command_result(
         self, call: _Call, response: httpx.Response, attempts: int
     ) -> CommandResult:
-        """The result of a command's final answer, or its error raised; forgets a settled intent."""
+        """The result of a command's final answer, or its error raised.
+
+        An intent's key stays in the key store whatever the answer: a rerun
+        within the service's retention must get this answer again, not
+        execute again (:mod:`order_service_client.keys`).
+        """
         if call.key is None:
             raise TypeError("a command needs its key")
         if not response.is_success:
-            error = error_from_response(response, key=call.key)
-            if call.intent is not None and _settles(error):
-                self._key_store.forget(call.intent)
-            raise error
-        # Read before forgetting: an answer we cannot read is no answer,
-        # and the key must stay to ask again.
-        body = _json_object(response, key=call.key)
-        if call.intent is not None:
-            self._key_store.forget(call.intent)
+            raise error_from_response(response, key=call.key)
         return CommandResult(
             status=response.status_code,
-            body=body,
+            body=_json_object(response, key=call.key),
             headers=response.headers,
             key=call.key,
             replayed=response.headers.get("Idempotent-Replayed") == "true",
@@ -450,30 +445,6 @@ class _ClientCore:
         if self._clock() + delay >= deadline:
             raise OperationTimeout(operation_id, operation, timeout)
         return delay
-
-
-def _settles(error: ApiError) -> bool:
-    """Whether a refusal is the command's outcome, stored under its key (§3 rule 5).
-
-    Then the action is settled (it did not happen) and every retry would
-    replay the same refusal, so its intent may forget the key. Refusals
-    that come before the command starts store nothing (401, 413, 415, a 400
-    other than ``ValidationError``): an earlier attempt that lost its
-    answer may still have done the action, so the intent keeps the key, to
-    retry once the request is fixed. So does ``IdempotencyKeyConflict``:
-    the key's first request may have run, and a new key could run the
-    action again; the caller decides. An answer that is not the service's
-    problem+json (a proxy's page) settles nothing either.
-    """
-    if error.error is None:
-        return False
-    if error.status >= 500:
-        return error.replayed
-    if error.status == 400:
-        return error.error == "ValidationError"
-    if error.status == 409:
-        return error.error not in {"IdempotencyKeyConflict", "IdempotencyKeyInProgress"}
-    return error.status in {404, 412, 422}
 
 
 def _json_object(response: httpx.Response, *, key: str | None) -> dict[str, Any]:

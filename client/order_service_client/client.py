@@ -8,23 +8,26 @@ The rules it follows, and why:
    The service executes a key once and replays its answer to every copy,
    so a retry after a lost answer is a question ("what became of it?"),
    never a second order or a second charge.
-2. **Intents survive the process.** With ``intent="pay:invoice-7"`` the key
-   comes from the key store (in memory unless one is given; created and
-   committed there before the first attempt leaves). A process that
-   crashes mid-call and runs the same code again resumes the same action
-   under the same key. The store forgets the intent once the action is
-   settled: a success, or a refusal the service stored as the command's
-   outcome. It keeps the key while the outcome is unknown
-   (:class:`RetriesExhausted`) and after refusals that came before the
-   command ran (401, 413, a key conflict …), since an earlier lost attempt
-   may have done the action. :mod:`order_service_client.keys` says what
-   forgetting leaves open.
+2. **Intents survive the process, for the service's retention.** With
+   ``intent="pay:invoice-7"`` the key comes from the key store (in memory
+   unless one is given; created and committed there before the first
+   attempt leaves). The store keeps it for the service's retention, 24
+   hours by default, whatever the answer: a process that crashes mid-call,
+   or after the answer and before it recorded the outcome, or that simply
+   runs the same code again, resumes the same action under the same key
+   and gets the first answer replayed (:attr:`CommandResult.replayed`),
+   never a second order or charge. :mod:`order_service_client.keys` says
+   how the retention is counted and what a new decision under an old
+   intent needs.
 3. **Retry only what may change, never what may not.** No answer, a 5xx
    that is not a replayed stored outcome, ``409 IdempotencyKeyInProgress``
    and ``429`` are retried; every other answer is final, and a 4xx raises
-   its typed error at once (:mod:`order_service_client.retry`). Every call
-   this client makes may be retried: commands carry their key, reads are
-   ``GET``.
+   its typed error at once (:mod:`order_service_client.retry`). A first
+   ``500`` is retried too: the service stores a ``500`` as the command's
+   answer, so the retry replays it marked ``Idempotent-Replayed`` (final
+   then) and executes nothing, while a ``500`` without the mark may be a
+   proxy's, which says nothing of the command. Every call this client
+   makes may be retried: commands carry their key, reads are ``GET``.
 4. **Wait as told, and not forever.** ``Retry-After`` is honoured;
    otherwise capped exponential backoff with full jitter; and no attempt
    starts after the policy's deadline or beyond ``max_attempts``, so a
@@ -40,10 +43,11 @@ The rules it follows, and why:
    that version, and ``412 PreconditionFailed`` otherwise. ``If-Match`` is
    part of the call like the key and the body, the same on every retry.
    The ``412`` is the command's stored outcome: read again, decide again,
-   and send the new decision under a new key (the service fingerprints
-   method, path and body, not ``If-Match``, so the old key with a new tag
-   would only replay the ``412``). ``get_order`` and the other
-   plain reads answer the body alone, as they always did.
+   and send the new decision under a new key, or a new intent such as
+   ``f"cancel:{order_id}:{etag}"`` (the service fingerprints method, path
+   and body, not ``If-Match``, so the old key with a new tag would only
+   replay the ``412``). ``get_order`` and the other plain reads answer the
+   body alone.
 
 ``sleep``, ``clock`` and ``rng`` are parameters so that tests drive the
 retry loop without waiting and with known jitter.
@@ -339,12 +343,22 @@ class OrderServiceClient(_ClientCore):
             path = page.get("next")
 
     def lookup_key(self, key: str) -> dict[str, Any] | None:
-        """``GET /v1/idempotency-keys/{key}``: what became of one of our keys, ``None`` if unknown.
+        """``GET /v1/idempotency-keys/{key}``: what became of one of our keys; ``None``: not known.
 
-        The service knows a key for ``IDEMPOTENCY_KEY_TTL`` (24 hours by
-        default); an unknown, expired or another principal's key is ``None``.
-        The answer says what the key was used for and what it made, never
-        the request's values (docs/SPECIFICATION.md §3 rule 11).
+        The answer says what the key was used for, the status it earned and
+        what it made, never the request's values (docs/SPECIFICATION.md §3
+        rule 11). It tells the outcome only within the key's retention
+        (``IDEMPOTENCY_KEY_TTL``, 24 hours by default, from the key's first
+        request). ``None`` is the service's ``404``, which it answers alike
+        for a key it never executed, one whose first request is still
+        running, another principal's, and an expired one. Within the
+        retention it means "not executed, or still running": retry under
+        the same key, which executes it once. After it, it means only "not
+        known", never "did not run", and a retry under the key executes
+        the command again. A command that may be retried that late is
+        better placed under an id of your own (``put_order``), which
+        answers for the order as long as it exists; otherwise reconcile it
+        against your own records or the resources before sending it again.
         """
         call = _Call("GET", _path("/v1/idempotency-keys/{}", key))
         response, _ = self._send(call)

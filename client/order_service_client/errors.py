@@ -199,7 +199,8 @@ class PreconditionFailed(ClientError):
 
     Nothing was done, and the refusal is the command's outcome, stored under
     its key: read the resource again (its new ``etag``), decide, and send the
-    command under a new key (an intent gets one, the refusal settled it).
+    command under a new key, or a new intent: the old one replays this
+    refusal for the key's retention.
     """
 
 
@@ -212,15 +213,22 @@ class Throttled(ClientError):
 
 
 class ServerError(ApiError):
-    """5xx: the service failed. The client retries it unless it is a stored, replayed outcome."""
+    """5xx: the service, or a proxy in front of it, failed.
+
+    The client retries it unless it is a stored, replayed outcome
+    (:attr:`replayed`): a ``500`` the service stored for the command's key
+    is final, and replays for the key's retention.
+    """
 
 
 class RetriesExhausted(OrderServiceError):
     """No final answer came within the retry policy's attempts and deadline.
 
     For a command the outcome is **unknown**: an attempt may have executed
-    and lost its answer. Retry later with the same key (``key``) to learn
-    it; a new key could execute the action a second time.
+    and lost its answer. Retry later with the same key (``key``, which an
+    intent keeps) to learn it, within the service's retention (24 hours by
+    default): a new key, or the same one after that, could execute the
+    action a second time.
 
     :ivar attempts: how many attempts were made.
     :ivar elapsed: seconds from the first attempt to giving up.

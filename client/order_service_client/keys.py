@@ -6,7 +6,7 @@ retry after a lost answer becomes a second payment. Within one call the
 client keeps the key itself. Across calls, and across a crash, something
 must remember it. That is a key store: the caller names the action (an
 ``intent``, any string it can compute again, such as ``"pay:invoice-7"``)
-and the store hands out the same key for it until it is told to forget.
+and the store hands out the same key for it.
 
 - :class:`MemoryKeyStore` remembers for the life of the process: enough to
   retry an action after :class:`~order_service_client.RetriesExhausted`.
@@ -16,28 +16,53 @@ and the store hands out the same key for it until it is told to forget.
   key is committed before the first attempt leaves, so there is no moment
   at which a request is out and its key could be lost.
 
-The client forgets an intent once the service gave the action its final
-answer (a success, or a refusal the service stored as the command's
-outcome), so that the same intent can name a new action later. It keeps
-the key when the outcome is still unknown, and when the request was
-refused before the command ran (see
-:class:`~order_service_client.OrderServiceClient`).
+**An intent keeps its key for the service's retention, whatever the
+answer.** The service keeps a key, and replays its stored answer, for
+``IDEMPOTENCY_KEY_TTL`` (24 hours by default, docs/SPECIFICATION.md §3
+rule 10). A store that keeps the intent's key as long hands the same key
+to every run of the same code within that time, and each rerun gets the
+first run's answer (``Idempotent-Replayed: true``) instead of a second
+order or a second charge. A store that dropped the key once the answer
+came would reopen the very window the key closes: a program that runs
+twice, or dies after the answer arrived and before it recorded the
+outcome, would act again under a new key. So a final answer, success or
+refusal, never makes the store forget; only time does.
 
-Forgetting leaves one window open: a process that dies after the answer
-arrived and the intent was forgotten, but before it recorded the outcome
-itself, starts a new action when it runs the same intent again. Name
-intents after something the service refuses to do twice anyway (paying
-one order: ``OrderAlreadyPaid``), or keep the keys in your own database
-with a store whose ``forget`` does nothing, and delete an intent's key
-yourself in the transaction that records its outcome.
+- ``retention`` (seconds, :data:`DEFAULT_RETENTION` = 24 h, the service's
+  default) is counted from the intent's **last use**, each call that
+  takes its key. The service counts its own retention from the first of
+  the key's requests that reached it, which is no earlier than the key's
+  first use and, when the first calls got no request through (the service
+  was down, and the intent was resumed later), as late as the last one:
+  counting from the last use keeps the key as long as the service does,
+  short by at most the length of that last call (the retry policy's
+  deadline, a minute by default). Raise ``retention`` with the
+  service's ``IDEMPOTENCY_KEY_TTL``; a shorter one hands out a new key
+  while the service would still have replayed the old one.
+- Entries older than ``retention`` are purged whenever the store is used,
+  so its size is bounded by the intents of one retention period. An
+  expired intent gets a new key: to the service the old one is a new key
+  by then anyway.
+- An intent names one action for its retention. Its key replays that
+  action's answer, refusals included: a command the service refused
+  (``422``, ``412`` …) is refused again on every rerun. Under the same
+  key a corrected body is ``409 IdempotencyKeyConflict``, and a fresh
+  ``if_match`` only replays the ``412`` (``If-Match`` is not part of the
+  request's fingerprint), so a new decision needs a new intent name:
+  name intents after what the decision depends on
+  (``f"cancel:{order_id}:{etag}"``), or :meth:`forget <SQLiteKeyStore.forget>`
+  the intent deliberately once its outcome is recorded.
 
-The service keeps a key for ``IDEMPOTENCY_KEY_TTL`` (24 hours by default);
-after that it is a new key to the service. An action resumed later than
-that may execute again, whatever the store holds: reconcile it against
-your own records, or with ``lookup_key``, before resuming it.
+Past the service's retention nothing a client keeps makes a late retry
+safe: the key is new to the service, which executes it again, and a
+look-up of it answers ``404`` whether or not it ran. Reconcile such an
+action against the resources themselves (an order placed with
+``put_order`` under an id of your own is found by that id for as long as
+it exists).
 
-Any object with ``key_for`` and ``forget`` is a store (:class:`KeyStore`
-is a protocol), such as that one on the application's own database.
+Any object with ``key_for`` is a store (:class:`KeyStore` is a protocol),
+such as one on the application's own database, whose key can then be
+written in the same transaction as the rest of the intent.
 """
 
 import os
@@ -45,11 +70,16 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from typing import Protocol, runtime_checkable
 
-__all__ = ["KeyStore", "MemoryKeyStore", "SQLiteKeyStore", "new_key"]
+__all__ = ["DEFAULT_RETENTION", "KeyStore", "MemoryKeyStore", "SQLiteKeyStore", "new_key"]
+
+# The service's IDEMPOTENCY_KEY_TTL by default: the time within which a rerun
+# under the same key is replayed rather than executed.
+DEFAULT_RETENTION = 24 * 60 * 60.0
 
 
 def new_key() -> str:
@@ -57,33 +87,65 @@ def new_key() -> str:
     return str(uuid.uuid4())
 
 
+def _check_retention(retention: float) -> float:
+    if not retention > 0:
+        raise ValueError("retention must be a positive number of seconds")
+    return float(retention)
+
+
 @runtime_checkable
 class KeyStore(Protocol):
-    """Maps an intent to its idempotency key, the same one until it is forgotten."""
+    """Maps an intent to its idempotency key, the same one for as long as the service keeps it."""
 
     def key_for(self, intent: str) -> str:
-        """The intent's key: the one it has, or a new one, remembered before it is returned."""
-        ...
+        """The intent's key: the one it has, or a new one, remembered before it is returned.
 
-    def forget(self, intent: str) -> None:
-        """Drop the intent's key; its next use gets a new key. Forgetting twice is harmless."""
+        Each call is a use of the intent, from which its retention counts.
+        """
         ...
 
 
 class MemoryKeyStore:
-    """A key store in this process's memory, safe to share between threads."""
+    """A key store in this process's memory, safe to share between threads.
 
-    def __init__(self) -> None:
-        self._keys: dict[str, str] = {}
+    :param retention: seconds an intent keeps its key after its last use.
+    :param clock: seconds, for the retention; monotonic, since the keys
+        live no longer than the process.
+    """
+
+    def __init__(
+        self,
+        *,
+        retention: float = DEFAULT_RETENTION,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.retention = _check_retention(retention)
+        self._clock = clock
+        # Least recently used first, so the purge stops at the first entry
+        # still within its retention.
+        self._keys: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def key_for(self, intent: str) -> str:
         with self._lock:
-            return self._keys.setdefault(intent, new_key())
+            now = self._clock()
+            self._purge(now)
+            key = self._keys[intent][0] if intent in self._keys else new_key()
+            self._keys[intent] = (key, now)
+            self._keys.move_to_end(intent)
+            return key
 
     def forget(self, intent: str) -> None:
+        """Drop the intent's key, so that its next use starts a new action. Harmless twice."""
         with self._lock:
             self._keys.pop(intent, None)
+
+    def _purge(self, now: float) -> None:
+        while self._keys:
+            _, used_at = next(iter(self._keys.values()))
+            if now - used_at < self.retention:
+                return
+            self._keys.popitem(last=False)
 
 
 class SQLiteKeyStore:
@@ -96,24 +158,47 @@ class SQLiteKeyStore:
     Python, decides which key wins.
 
     :param path: the database file; created with its table when missing.
+    :param retention: seconds an intent keeps its key after its last use.
     :param timeout: seconds to wait for another process's write lock.
+    :param clock: Unix time; wall-clock time, because the file outlives
+        the process, and other processes read its times.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        retention: float = DEFAULT_RETENTION,
+        timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if os.fspath(path) in {"", ":memory:"}:
             # Every call opens its own connection, which would see its own
             # empty database: use MemoryKeyStore for keys in memory.
             raise ValueError("SQLiteKeyStore needs a file; use MemoryKeyStore in memory")
         self.path = path
+        self.retention = _check_retention(retention)
         self._timeout = timeout
+        self._clock = clock
         with self._transaction() as db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS idempotency_keys ("
                 " intent TEXT PRIMARY KEY,"
                 " key TEXT NOT NULL,"
-                # Unix time, for an operator who looks for keys older than
-                # the service keeps them.
-                " created_at REAL NOT NULL)"
+                # Unix times: the key's first use, for an operator, and its
+                # last, from which the retention counts.
+                " created_at REAL NOT NULL,"
+                " used_at REAL NOT NULL)"
+            )
+            columns = {row[1] for row in db.execute("PRAGMA table_info(idempotency_keys)")}
+            if "used_at" not in columns:
+                # A file written before keys were kept for their retention
+                # holds only intents whose outcome was still open: keep them.
+                db.execute("ALTER TABLE idempotency_keys ADD COLUMN used_at REAL")
+                db.execute("UPDATE idempotency_keys SET used_at = created_at")
+            # The purge on every use reads the oldest entries only.
+            db.execute(
+                "CREATE INDEX IF NOT EXISTS idempotency_keys_used_at ON idempotency_keys (used_at)"
             )
 
     @contextmanager
@@ -121,9 +206,9 @@ class SQLiteKeyStore:
         # isolation_level=None leaves transactions to the explicit BEGIN
         # below, the same on every Python from 3.11.
         with closing(sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)) as db:
-            # IMMEDIATE takes the write lock up front: the insert and the
-            # read below see one state of the table, with no forget() of
-            # another process between them.
+            # IMMEDIATE takes the write lock up front: the purge, the insert
+            # and the read below see one state of the table, with no other
+            # process's change between them.
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -135,13 +220,22 @@ class SQLiteKeyStore:
             db.execute("COMMIT")
 
     def key_for(self, intent: str) -> str:
+        now = self._clock()
         with self._transaction() as db:
+            db.execute("DELETE FROM idempotency_keys WHERE used_at <= ?", (now - self.retention,))
             # The primary key arbitrates: of two processes inserting at
             # once, one inserts and the other's insert is ignored, and both
             # read the row that won.
             db.execute(
-                "INSERT OR IGNORE INTO idempotency_keys (intent, key, created_at) VALUES (?, ?, ?)",
-                (intent, new_key(), time.time()),
+                "INSERT OR IGNORE INTO idempotency_keys (intent, key, created_at, used_at)"
+                " VALUES (?, ?, ?, ?)",
+                (intent, new_key(), now, now),
+            )
+            # max(): a process whose clock lags another's never moves the
+            # retention back.
+            db.execute(
+                "UPDATE idempotency_keys SET used_at = max(used_at, ?) WHERE intent = ?",
+                (now, intent),
             )
             row = db.execute(
                 "SELECT key FROM idempotency_keys WHERE intent = ?", (intent,)
@@ -150,5 +244,11 @@ class SQLiteKeyStore:
         return key
 
     def forget(self, intent: str) -> None:
+        """Drop the intent's key, so that its next use starts a new action. Harmless twice.
+
+        The client never calls it: an answer does not end an intent, the
+        retention does. Call it once the application has recorded the
+        intent's outcome and means the same name for a new action.
+        """
         with self._transaction() as db:
             db.execute("DELETE FROM idempotency_keys WHERE intent = ?", (intent,))

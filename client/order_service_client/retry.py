@@ -7,6 +7,18 @@ executes a command once and answers every copy with the stored result
 (docs/SPECIFICATION.md §3); reads (``GET``) change nothing. A client that sent commands
 without a key, or with a new key per attempt, must not use this policy.
 
+RFC 9110 §9.2.2 says a client SHOULD NOT automatically retry a request
+with a non-idempotent method such as ``POST`` unless it knows the
+request's semantics are idempotent, and SHOULD NOT automatically retry a
+failed automatic retry. Up to ``max_attempts`` (8) attempts are safe here
+all the same, for the reasons the RFC asks for: the ``Idempotency-Key``
+makes the service treat the ``POST`` as idempotent, so a retry repeats no
+effect; every attempt carries the same key and the same body bytes, so
+it is the same request and never a new command; and the retries are
+bounded by attempts and by a deadline, spread by jittered backoff, and
+wait at least the ``Retry-After`` the service asks for, so they do not
+pile load onto a service that is failing.
+
 What is worth retrying (:meth:`RetryPolicy.retryable`):
 
 - **No answer at all**: the connection was refused, reset or dropped, or an
@@ -15,11 +27,15 @@ What is worth retrying (:meth:`RetryPolicy.retryable`):
   have run; the retry, under the same key, finds out without running it
   twice.
 - **5xx**: the server or something in front of it failed. A ``503
-  ServiceUnavailable`` says nothing was committed. A ``500`` the service
-  stored as the command's final outcome comes back with
-  ``Idempotent-Replayed: true`` on the retry, and is then final: retrying
-  it again would only replay the same bytes. ``501`` and ``505`` say the
-  server will never do this, and are final.
+  ServiceUnavailable`` says nothing was committed. A first ``500`` is
+  retried as well, though the service stores a ``500`` as the command's
+  final outcome: the retry, under the same key, replays that stored
+  answer and executes nothing, so it costs one request and is harmless,
+  while a ``500`` from a proxy in front of the service is not the
+  command's answer at all, and the retry is what learns that answer. The
+  service's replay carries ``Idempotent-Replayed: true`` and is final:
+  retrying it again would only replay the same bytes. ``501`` and ``505``
+  say the server will never do this, and are final.
 - **409 IdempotencyKeyInProgress**: another request with this key is still
   running; its answer will be replayed to us once it is done.
 - **429**: a rate limit; it says when to come back.

@@ -7,6 +7,7 @@ behaves; tests/live and tests/faults do that against the running service.
 """
 
 import asyncio
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -213,7 +214,9 @@ def test_a_final_4xx_is_raised_at_once(status: int, code: str, error: type[Excep
     assert time.sleeps == []
 
 
-def test_a_replayed_server_error_is_final() -> None:
+def test_a_first_500_is_retried_under_the_same_key_and_its_replay_is_final() -> None:
+    # The service stores a 500 as the command's answer: the retry replays
+    # it, marked, and executes nothing. Only the marked one is final.
     time = FakeTime()
     script = Script(
         problem(500, "InternalError"),
@@ -226,7 +229,22 @@ def test_a_replayed_server_error_is_final() -> None:
         create(script)
 
     assert raised.value.replayed
+    assert raised.value.status == 500
     assert len(script.sent) == 2
+    assert len(set(script.keys)) == 1
+    assert len({sent.request.content for sent in script.sent}) == 1
+
+
+def test_a_500_that_is_no_replay_is_no_answer_of_the_command() -> None:
+    # A proxy's 500 in front of the service: the retry learns the command's answer.
+    proxy_error = answer(500, {"detail": "upstream failed"})
+    script = Script(proxy_error, answer(201, CREATED), time=FakeTime())
+
+    result = create(script)
+
+    assert result.status == 201
+    assert result.attempts == 2
+    assert script.keys == [result.key, result.key]
 
 
 def test_a_request_the_client_cannot_send_is_not_retried() -> None:
@@ -347,7 +365,7 @@ def test_a_retry_after_beyond_the_deadline_is_not_slept() -> None:
 # Intents: keys that outlive a call, and a crash.
 
 
-def test_a_crashed_intent_resumes_with_its_key_and_is_then_forgotten(tmp_path: Path) -> None:
+def test_a_crashed_intent_resumes_with_its_key_and_keeps_it(tmp_path: Path) -> None:
     path = tmp_path / "keys.sqlite3"
     unreachable = Script(fail(httpx.ConnectError), time=FakeTime())
     before = client_for(unreachable, key_store=SQLiteKeyStore(path), retry=RetryPolicy(2))
@@ -366,33 +384,62 @@ def test_a_crashed_intent_resumes_with_its_key_and_is_then_forgotten(tmp_path: P
 
     assert back.keys == [unreachable.keys[0]] == [result.key]
     assert result.replayed
-    # Settled: the intent names the next action from now on.
-    assert store.key_for("order:cart-81") != result.key
+    # Answered, and kept: a rerun of the same code must replay this answer too.
+    assert store.key_for("order:cart-81") == result.key
+
+
+def test_an_intent_run_twice_sends_one_key_and_gets_the_first_answer_again(
+    tmp_path: Path,
+) -> None:
+    # Two runs of one program, each answered: the second, or a run after a
+    # crash between the answer and the program's own record of it, must not
+    # place a second order.
+    path = tmp_path / "keys.sqlite3"
+    runs = [
+        Script(answer(201, CREATED), time=FakeTime()),
+        Script(answer(201, CREATED, headers={"Idempotent-Replayed": "true"}), time=FakeTime()),
+    ]
+    results = []
+    for script in runs:
+        with client_for(script, key_store=SQLiteKeyStore(path)) as client:
+            results.append(
+                client.create_order(
+                    customer_id="c-1", currency="RUB", items=ORDER_LINES, intent="order:cart-81"
+                )
+            )
+
+    first, second = results
+    assert runs[0].keys == runs[1].keys == [first.key]
+    assert second.key == first.key
+    assert (first.replayed, second.replayed) == (False, True)
 
 
 @pytest.mark.parametrize(
     ("outcome", "error"),
     [
+        (answer(201, CREATED), None),
         (problem(422, "UnknownSku"), Unprocessable),
         (problem(400, "ValidationError"), ValidationFailed),
         (problem(500, "InternalError", headers={"Idempotent-Replayed": "true"}), ServerError),
     ],
-    ids=["422", "400-validation", "500-replayed"],
+    ids=["201", "422", "400-validation", "500-replayed"],
 )
-def test_an_intent_is_forgotten_after_a_stored_refusal(
-    outcome: Outcome, error: type[Exception]
+def test_an_intent_keeps_its_key_after_a_final_answer(
+    outcome: Outcome, error: type[Exception] | None
 ) -> None:
+    # Stored under the key: a rerun replays the same answer, executing nothing.
     store = MemoryKeyStore()
     key = store.key_for("order:cart-81")
     script = Script(outcome, time=FakeTime())
 
-    with client_for(script, key_store=store) as client, pytest.raises(error):
+    raised = contextlib.nullcontext() if error is None else pytest.raises(error)
+    with client_for(script, key_store=store) as client, raised:
         client.create_order(
             customer_id="c-1", currency="RUB", items=ORDER_LINES, intent="order:cart-81"
         )
 
     assert script.keys == [key]
-    assert store.key_for("order:cart-81") != key
+    assert store.key_for("order:cart-81") == key
 
 
 @pytest.mark.parametrize(
@@ -563,3 +610,32 @@ def test_the_async_client_retries_with_the_same_key_and_waits() -> None:
     assert operation["status"] == "succeeded"
     assert time.sleeps[1] >= 1.0
     assert time.sleeps[2] == 1.0
+
+
+def test_the_async_client_keeps_an_intents_key_across_runs(tmp_path: Path) -> None:
+    path = tmp_path / "keys.sqlite3"
+    time = FakeTime()
+    script = Script(
+        answer(201, CREATED),
+        answer(201, CREATED, headers={"Idempotent-Replayed": "true"}),
+        time=time,
+    )
+
+    async def run() -> CommandResult:
+        async with AsyncOrderServiceClient(
+            BASE_URL,
+            TOKEN,
+            key_store=SQLiteKeyStore(path),
+            transport=httpx.MockTransport(script),
+            sleep=time.async_sleep,
+            clock=time.clock,
+        ) as client:
+            return await client.create_order(
+                customer_id="c-1", currency="RUB", items=ORDER_LINES, intent="order:cart-81"
+            )
+
+    first = asyncio.run(run())
+    second = asyncio.run(run())
+
+    assert script.keys == [first.key, first.key]
+    assert second.replayed

@@ -199,8 +199,8 @@ def test_put_order_takes_a_key_or_an_intent_as_create_order_does() -> None:
         result = put(client, intent="order:cart-81")
 
     assert script.keys == [key] == [result.key]
-    # Settled: the intent names the next action from now on.
-    assert store.key_for("order:cart-81") != key
+    # Kept after the answer: a rerun of the intent replays it.
+    assert store.key_for("order:cart-81") == key
 
 
 # If-Match: part of the call, on every attempt.
@@ -343,11 +343,12 @@ def test_a_retry_policy_that_allows_many_attempts_still_makes_one(
     ],
     ids=["412", "409-order-exists"],
 )
-def test_an_intent_is_forgotten_after_a_stored_refusal_of_its_precondition_or_id(
+def test_a_stored_refusal_of_a_precondition_or_id_keeps_the_intents_key(
     outcome: Outcome, error: type[Exception]
 ) -> None:
-    # Both are stored under the key: a retry would replay the refusal, so
-    # the caller's next decision (a fresh read, another id) needs a new key.
+    # Both are stored under the key: a rerun of the intent replays the
+    # refusal, and the caller's next decision (a fresh read, another id)
+    # is a new intent, or the old one forgotten on purpose.
     store = MemoryKeyStore()
     key = store.key_for("order:cart-81")
     script = Script(outcome, time=FakeTime())
@@ -356,6 +357,8 @@ def test_an_intent_is_forgotten_after_a_stored_refusal_of_its_precondition_or_id
         put(client, intent="order:cart-81", if_match=ETAG)
 
     assert script.keys == [key]
+    assert store.key_for("order:cart-81") == key
+    store.forget("order:cart-81")
     assert store.key_for("order:cart-81") != key
 
 
