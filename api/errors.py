@@ -226,7 +226,7 @@ def render_exception(exc: BaseException) -> HttpResponse:
         # response logged already.
         logger.warning("Database unavailable; answered 503", exc_info=exc)
         response = render_exception(ServiceUnavailable())
-        response._has_been_logged = True  # type: ignore[attr-defined]
+        response._has_been_logged = True  # type: ignore[attr-defined]  # noqa: SLF001 - Django reads it
         return response
 
     logger.exception("Unhandled error", exc_info=exc)

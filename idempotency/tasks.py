@@ -1,7 +1,7 @@
 import structlog
 from celery import shared_task
 
-from idempotency import services
+from idempotency import retention
 
 logger = structlog.get_logger(__name__)
 
@@ -9,7 +9,7 @@ logger = structlog.get_logger(__name__)
 @shared_task
 def purge_expired_keys() -> int:
     """The hourly purge (CELERY_BEAT_SCHEDULE); returns how many keys it deleted."""
-    result = services.purge()
+    result = retention.purge()
     logger.info(
         "idempotency_keys_purged",
         deleted=result.deleted,

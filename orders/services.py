@@ -11,8 +11,8 @@ operation later (:func:`charge_payment`, :func:`refund_order`), calling
 the provider outside any transaction and recording the outcome in one.
 
 Every writer of an order or its payments takes the order's row lock first
-(:func:`_lock_order`), so that they take turns in one order and never
-deadlock.
+(:func:`orders.locks.lock_order`), so that they take turns in one order and
+never deadlock.
 """
 
 from dataclasses import dataclass
@@ -40,6 +40,7 @@ from orders.errors import (
     UnknownSku,
 )
 from orders.links import order_path, payment_path
+from orders.locks import lock_order
 from orders.models import Order, OrderItem, Payment, Product
 from orders.selectors import orders_of
 from provider.gateway import ProviderResult, ProviderUnavailable, get_gateway
@@ -225,7 +226,7 @@ def cancel_order(
     :raises OrderStateConflict: a payment of the order is processing.
     """
     with transaction.atomic(savepoint=False):
-        order = _lock_order(order_id, tenant=tenant)
+        order = lock_order(Order.objects.filter(tenant=tenant, id=order_id))
         if order is None:
             raise NoSuchOrder(f"No order {order_id}.")
         if if_match is not None:
@@ -243,27 +244,6 @@ def cancel_order(
         order.cancel_reason = reason
         order.save(update_fields=["status", "cancel_reason", "updated_at"])
     return Cancellation(order=order)
-
-
-def _lock_order(order_id: str, *, tenant: Tenant) -> Order | None:
-    """The tenant's order with its row locked until the transaction ends; None if there is none.
-
-    The one lock of an order, taken first by everything that writes it or
-    its payments: payments and cancels of one order take turns, so each
-    sees the outcome of the one before. And a worker recording a charge
-    takes it before it updates the payment: a command holding the order's
-    lock may be inserting a payment, which waits on that payment's row in
-    ``payment_one_live_per_order``; were the payment updated before the
-    order is locked, each would wait for the other (a deadlock, and a 500).
-
-    Another tenant's order is as absent as a missing one.
-    """
-    return Order.objects.select_for_update().filter(tenant=tenant, id=order_id).first()
-
-
-def _lock_order_row(internal_id: str) -> None:
-    """Lock the order a worker's payment belongs to (see :func:`_lock_order`)."""
-    Order.objects.select_for_update().filter(pk=internal_id).first()
 
 
 # --- Payments ---------------------------------------------------------------
@@ -288,7 +268,7 @@ def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, 
     :raises AmountMismatch: the amount is not the order's total.
     """
     with transaction.atomic(savepoint=False):
-        order = _lock_order(new_payment.order_id, tenant=tenant)
+        order = lock_order(Order.objects.filter(tenant=tenant, id=new_payment.order_id))
         if order is None:
             raise OrderNotFound(details={"orderId": new_payment.order_id})
         if order.status == Order.Status.CANCELLED:
@@ -376,7 +356,7 @@ def _record_charge(
     """
     now = timezone.now()
     with transaction.atomic():
-        _lock_order_row(payment.order_id)
+        lock_order(Order.objects.filter(pk=payment.order_id))
         if not _finish(operation, result, declined="PaymentDeclined", what="payment", error=error):
             return  # another attempt recorded the outcome first
         Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
@@ -474,7 +454,7 @@ def _record_refund(
     """
     now = timezone.now()
     with transaction.atomic():
-        _lock_order_row(payment.order_id)
+        lock_order(Order.objects.filter(pk=payment.order_id))
         if not _finish(operation, result, declined="RefundDeclined", what="refund", error=error):
             return  # another attempt recorded the outcome first
         if not result.succeeded:

@@ -1,5 +1,6 @@
 """docs/SPECIFICATION.md §5: the OpenAPI schema, and docs pages that work offline."""
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -10,9 +11,12 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import get_resolver
 from drf_spectacular.drainage import GENERATOR_STATS
+from drf_spectacular.openapi import AutoSchema
 from pytest_django import Settings
+from rest_framework import serializers
+from rest_framework.views import APIView
 
-from api.openapi import PYTHON_WHITESPACE
+from api.openapi import PYTHON_WHITESPACE, default_serializer_schema
 from idempotency import schema as command_schemas
 from idempotency.schema import NOT_STORED, STORED, STORED_ANSWERS, all_stored_answers
 
@@ -324,3 +328,56 @@ def test_the_white_space_of_string_patterns_is_what_drf_trims() -> None:
     trimmed = {chr(c) for c in range(0x110000) if chr(c).isspace()}
 
     assert trimmed == {chr(c) for c in range(0x110000) if pattern.fullmatch(chr(c))}
+
+
+# --- The one private call into drf-spectacular (api.openapi.default_serializer_schema) ---
+
+
+class TwoMembers(serializers.Serializer):
+    """A name and a count."""
+
+    name = serializers.CharField(max_length=8, help_text="Its name.")
+    count = serializers.IntegerField(required=False, min_value=1)
+
+
+def test_the_private_mapping_of_a_serializer_is_the_one_the_schema_was_built_on() -> None:
+    # An upgrade of drf-spectacular that renames the method, changes its
+    # arguments or what it makes of plain fields fails here, before it
+    # changes every strict input's schema.
+    mapping = inspect.signature(AutoSchema._map_basic_serializer)
+    auto_schema = AutoSchema()
+    auto_schema.view = APIView()
+
+    schema = default_serializer_schema(
+        auto_schema, TwoMembers(context={"request": None}), "request"
+    )
+
+    assert list(mapping.parameters) == ["self", "serializer", "direction"]
+    assert schema == {
+        "type": "object",
+        "description": "A name and a count.",
+        "properties": {
+            "name": {"type": "string", "description": "Its name.", "maxLength": 8},
+            "count": {"type": "integer", "minimum": 1},
+        },
+        "required": ["name"],
+    }
+
+
+def test_no_integer_is_documented_past_what_json_carries_exactly(schema: dict[str, Any]) -> None:
+    # A bound of 2^63 (a BigIntegerField's) makes generated examples that no
+    # answer holds, and that JavaScript rounds (Swagger UI showed a quantity
+    # of 9223372036854776000).
+    def bounds(node: Any, at: str) -> list[tuple[str, int]]:
+        if isinstance(node, list):
+            return [found for i, item in enumerate(node) for found in bounds(item, f"{at}/{i}")]
+        if not isinstance(node, dict):
+            return []
+        here = [
+            (f"{at}/{name}", node[name])
+            for name in ("maximum", "minimum")
+            if isinstance(node.get(name), int) and abs(node[name]) > 2**53 - 1
+        ]
+        return here + [found for k, v in node.items() for found in bounds(v, f"{at}/{k}")]
+
+    assert bounds(schema, "") == []

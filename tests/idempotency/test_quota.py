@@ -20,7 +20,7 @@ from pytest_django import DjangoAssertNumQueries, Settings
 from accounts.services import create_api_client
 from idempotency import quota
 from idempotency.models import IdempotencyKey, StorageUsage, StoredAnswer
-from idempotency.services import purge_expired_keys
+from idempotency.retention import purge_expired_keys
 from orders.models import Order
 from tests.orders.test_query_counts import CREATE_ORDER_QUERIES
 from tests.support.concurrency import run_concurrently
@@ -196,7 +196,7 @@ def test_a_claim_reads_the_total_in_its_own_statement(
 
 
 def test_the_worst_case_of_a_key_is_what_the_docs_say() -> None:
-    # idempotency/quota.py, the README and docs/SPECIFICATION.md state them.
+    # idempotency/quota.py, docs/DEPLOYING.md and docs/SPECIFICATION.md state them.
     assert round(quota.MAX_KEY_BYTES / 1024, 1) == 79.4
     refusal = quota.MAX_KEY_BYTES - quota.MAX_ANSWER_BYTES + quota.MAX_REFUSAL_BYTES
     assert round(refusal / 1024, 1) == 23.4

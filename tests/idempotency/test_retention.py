@@ -2,7 +2,7 @@
 
 test_rules.py checks the policy (a key kept for its TTL, the command and
 the periodic task purging, an expired key being a new key). Here is the
-purge itself (idempotency/services.py):
+purge itself (idempotency/retention.py):
 
 - it deletes only expired keys, in batches of at most ``batch_size``, one
   statement each, until none is left, pausing between batches;
@@ -34,9 +34,9 @@ from django.utils import timezone
 from pytest_django import Settings
 
 from accounts.models import Principal
-from idempotency import services
+from idempotency import retention
 from idempotency.models import IdempotencyKey, StoredAnswer
-from idempotency.services import purge_expired_keys
+from idempotency.retention import purge_expired_keys
 from tests.support.concurrency import backend_waiting_on_a_lock, run_concurrently, wait_until
 from tests.support.http import Api
 
@@ -202,7 +202,7 @@ def test_the_purge_pauses_between_batches_and_not_after_the_last(
 ) -> None:
     settings.IDEMPOTENCY_PURGE_PAUSE = 0.25
     pauses: list[float] = []
-    monkeypatch.setattr(services, "sleep", pauses.append)
+    monkeypatch.setattr(retention, "sleep", pauses.append)
     for i in range(5):
         make_key(api.principal, f"old-{i}", expires_in=-timedelta(minutes=1))
 

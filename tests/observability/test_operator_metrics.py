@@ -20,7 +20,7 @@ from pytest_django import DjangoAssertNumQueries, Settings
 
 from idempotency.headers import key_digest
 from idempotency.models import IdempotencyKey
-from idempotency.services import purge
+from idempotency.retention import purge
 from orders.models import Product
 from tests.api.test_database_unavailable import table_locked, table_of, unreachable_database
 from tests.observability.test_observability import json_lines

@@ -1,7 +1,7 @@
 """A command that waits too long for an order's row lock is a retryable 503, not a hang or a 500.
 
 ``POST /v1/orders/{id}/cancel`` and ``POST /v1/payments`` lock the order's
-row first (orders/services.py ``_lock_order``), and so does the worker
+row first (orders/locks.py ``lock_order``), and so does the worker
 that records a charge or a refund. Each command's transaction bounds its
 lock waits by ``IDEMPOTENCY_WAIT`` (``lock_timeout``): a wait that outlasts
 it ends the transaction, so nothing is stored and the client is told to

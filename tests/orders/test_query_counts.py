@@ -1,4 +1,4 @@
-"""What a command costs the database, pinned (the README quotes these numbers)."""
+"""What a command costs the database, pinned (docs/SCALING.md quotes these numbers)."""
 
 from typing import Any
 

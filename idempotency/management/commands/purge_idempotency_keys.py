@@ -3,7 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from idempotency.services import PURGE_BATCH, purge, purge_pause
+from idempotency.retention import PURGE_BATCH, purge, purge_pause
 
 
 class Command(BaseCommand):
