@@ -1,5 +1,6 @@
-# The two commands of the README: `make run` and `make test`.
-# Both create .venv and install the locked dependencies when needed.
+# The two commands of the README, `make run` and `make test`, and `make check`,
+# the quick loop. They create .venv and install the locked dependencies when
+# needed.
 
 # Any Python from 3.11 to 3.13: `make run PYTHON=python3.13`.
 PYTHON ?= python3
@@ -9,26 +10,51 @@ PY := $(BIN)/python
 PORT ?= 8000
 # Where `make run` keeps its database, task queue and secret key.
 VAR_DIR ?= var
-PACKAGES := config api observability accounts idempotency operations provider orders
+# The service's packages, as pyproject.toml's [tool.importlinter] lists them
+# (tests/architecture holds that list to the repository's folders); read by
+# the venv's Python, so only by recipes that run after it is made.
+PACKAGES = $(shell $(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["importlinter"]["root_packages"])')
 
 # Tests run on PostgreSQL and a real broker; these default to the local servers.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/order_service
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-dev run test faults demo lint fmt lock bench soak soak-http fuzz clean FORCE
+# make check leaves out the tests that start processes, proxies or a browser,
+# need a tool beyond PostgreSQL and Redis, or cost seconds each: a worker,
+# a real commit (pyproject.toml declares the markers, tests/conftest.py
+# puts them on the tests).
+CHECK_MARKERS := not live and not proxy and not browser and not fault and not promtool and not worker and not transactional and not slow
 
-# The venv remembers the interpreter that made it (.venv/.python). Made by
-# another one, or left half-made by a failed attempt, it is removed and made
-# again: a venv is never repaired in place. An unsupported Python stops here,
-# before anything is installed.
+.PHONY: install install-dev run test check typecheck faults demo lint fmt lock bench soak soak-http fuzz clean FORCE
+
+# The venv remembers the interpreter that made it (.venv/.python). A venv
+# that works is never removed here, whatever made it: `make run` may be
+# serving from it, and would break. Made by another Python, it stops make
+# with the ways out; one that works but has no record (made by hand, or by
+# an older Makefile) is adopted when its Python is PYTHON's. Only a venv
+# left half-made by a failed `python -m venv` (no Python that runs pip), from
+# which nothing can run, is removed and made again. An unsupported Python
+# stops here, before anything is installed.
 $(VENV)/.python: FORCE
 	@made_by="$$($(PYTHON) -c 'import sys; print(sys.version.split()[0], sys.base_prefix)')" \
 	   || { echo "make: PYTHON=$(PYTHON) does not run; pass PYTHON=python3.11 (to 3.13)" >&2; exit 1; }; \
 	 $(PYTHON) -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' \
 	   || { echo "make: the service needs Python 3.11 to 3.13, and PYTHON=$(PYTHON) is $$made_by;" \
 	          "pass PYTHON=python3.12 (or another)" >&2; exit 1; }; \
-	 if [ "$$(cat $@ 2>/dev/null)" != "$$made_by" ]; then \
+	 recorded="$$(cat $@ 2>/dev/null)"; \
+	 if [ -z "$$recorded" ] && $(PY) -m pip --version >/dev/null 2>&1; then \
+	   recorded="$$($(PY) -c 'import sys; print(sys.version.split()[0], sys.base_prefix)')" \
+	     && [ "$$recorded" = "$$made_by" ] && echo "$$made_by" > $@; \
+	 fi; \
+	 if [ -z "$$recorded" ]; then \
 	   rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && echo "$$made_by" > $@; \
+	 elif [ "$$recorded" != "$$made_by" ]; then \
+	   echo "make: $(VENV) was made by Python $$recorded, and PYTHON=$(PYTHON) is $$made_by." >&2; \
+	   echo "  It is kept: a service (make run) may be running from it. Use it with" >&2; \
+	   echo "  PYTHON=$(VENV)/bin/python, make another beside it with" >&2; \
+	   echo "  VENV=.venv-$$(echo $$made_by | cut -d. -f1,2), or stop what runs from it and remove it" >&2; \
+	   echo "  (make clean, which removes $(VAR_DIR)/ as well)." >&2; \
+	   exit 1; \
 	 fi
 
 $(VENV)/.runtime: requirements.lock pyproject.toml $(VENV)/.python
@@ -58,8 +84,16 @@ install-dev: $(VENV)/.dev
 ## second signal as an order to shut down cold. The shell catches Ctrl-C (or
 ## SIGTERM, SIGHUP), sends each of them one SIGTERM (a warm shutdown for the
 ## worker, a graceful one for gunicorn) and waits for both.
+##
+## The port is tried first, as gunicorn binds it (SO_REUSEADDR): taken, run
+## stops there, before it migrates or revokes the last token, rather than
+## when gunicorn gives up on it.
 run: SHELL := /bin/bash
 run: install
+	@$(PY) -c 'import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' \
+	   $(PORT) 2>/dev/null \
+	   || { echo "make run: port $(PORT) on 127.0.0.1 is taken (another make run?); stop what" \
+	             "listens there, or pass PORT=$$(( $(PORT) + 1 ))" >&2; exit 1; }
 	@export VAR_DIR="$(abspath $(VAR_DIR))"; \
 	 mkdir -p "$$VAR_DIR" \
 	 && $(PY) manage.py migrate --noinput -v0 \
@@ -85,15 +119,38 @@ run: install
 	 kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null; \
 	 exit $$status
 
+# mypy needs every module at once to check one: the service's packages and
+# the tests, then the client, a package of its own.
+define mypy_all
+	$(BIN)/mypy $(PACKAGES) tests
+	$(BIN)/mypy --config-file client/pyproject.toml client/order_service_client
+endef
+
 ## test: lint and type-check, then the whole suite on PostgreSQL and Redis.
 test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy $(PACKAGES) tests
-	$(BIN)/mypy --config-file client/pyproject.toml client/order_service_client
+	$(mypy_all)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest $(PYTEST_ARGS)
+
+## check: the quick loop, in about a minute: make test's lint and type
+## checks, then the tests that need only PostgreSQL and Redis (none of the
+## markers CHECK_MARKERS names); make test runs every test. PYTEST_ARGS
+## narrows it further: make check PYTEST_ARGS=tests/orders.
+check: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(mypy_all)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
+	  $(BIN)/pytest -q -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
+
+## typecheck: mypy alone, with the tools .venv holds and no install:
+## pre-commit's hook runs it.
+typecheck:
+	$(mypy_all)
 
 ## faults: the fault-injection scenarios alone (make test runs them too): each
 ## starts the service, injects one fault and prints its figures at the end.
@@ -145,8 +202,7 @@ fuzz: install-dev
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy $(PACKAGES) tests
-	$(BIN)/mypy --config-file client/pyproject.toml client/order_service_client
+	$(mypy_all)
 	$(BIN)/lint-imports --no-cache
 
 fmt: install-dev

@@ -40,18 +40,35 @@ def test_the_workflow_runs_ci_run_on_every_supported_python() -> None:
 
     assert job["strategy"]["matrix"]["python"] == _supported_pythons()
     assert "bash .ci/run" in steps
+    # Each job its own Python's part, as .ci/run gives it: the lists are
+    # written there alone.
+    assert job["env"]["CI_PYTHON"] == "${{ matrix.python }}"
+    assert not {"CI_PYTHONS", "CI_CHECK_PYTHONS"} & job["env"].keys()
 
 
-def test_ci_run_tests_the_oldest_and_the_newest_python_and_make_run_on_the_others() -> None:
-    script = (ROOT / ".ci" / "run").read_text()
-    suites = re.search(r"\$\{CI_PYTHONS-([\d. ]+)\}", script)
-    make_runs = re.search(r"\$\{CI_MAKE_RUN_PYTHONS-([\d. ]+)\}", script)
+def _ci_run_default(variable: str) -> list[str]:
+    found = re.search(rf"\$\{{{variable}-([\d. ]+)\}}", (ROOT / ".ci" / "run").read_text())
+    assert found is not None, variable
+    return found.group(1).split()
+
+
+def test_ci_run_runs_the_whole_suite_on_the_newest_python_and_make_check_on_the_others() -> None:
     pythons = _supported_pythons()
 
-    assert suites is not None
-    assert make_runs is not None
-    assert suites.group(1).split() == [pythons[0], pythons[-1]]
-    assert sorted(suites.group(1).split() + make_runs.group(1).split()) == pythons
+    assert _ci_run_default("CI_PYTHONS") == [pythons[-1]]
+    assert _ci_run_default("CI_CHECK_PYTHONS") == pythons[:-1]
+
+
+def test_ci_run_checks_make_run_on_every_python() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    interpreter_tests = re.search(r'^INTERPRETER_TESTS="([^"]+)"$', script, re.MULTILINE)
+
+    assert interpreter_tests is not None
+    assert "tests/live/test_make_run.py" in interpreter_tests.group(1).split()
+    for path in interpreter_tests.group(1).split():
+        assert (ROOT / path).is_file(), path
+    assert 'make check PYTHON="$python"' in script
+    assert 'PYTEST_ARGS="$INTERPRETER_TESTS"' in script
 
 
 def test_requires_python_admits_exactly_the_supported_pythons() -> None:

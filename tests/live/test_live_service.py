@@ -6,8 +6,13 @@
   as ``make run`` starts it: the walkthrough of the README and a storm.
 """
 
+import json
+import re
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -23,6 +28,8 @@ from tests.support.live import (
     serve,
     suite_database_env,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def post(service: LiveService, token: str, key: str, body: dict) -> requests.Response:
@@ -145,3 +152,90 @@ def test_a_configured_rate_limit_answers_429_throttled(
     assert [r.status_code for r in statuses] == [200, 200, 200, 429]
     assert statuses[-1].json()["error"] == "Throttled"
     assert int(statuses[-1].headers["Retry-After"]) > 0
+
+
+def test_the_readmes_walkthrough_runs_as_written(
+    embedded_service: tuple[LiveService, str],
+) -> None:
+    # The README's walkthrough block, run with bash and curl as a reader
+    # pastes it: only what it says to fill in is filled in (the token, the
+    # address, the ids earlier steps answered), and each step's answer is held
+    # to the status line and headers its comments show.
+    service, token = embedded_service
+    reader = Reader(TOKEN=token, API=service.url("").rstrip("/"))
+
+    answers = [reader.run(command, expected) for command, expected in walkthrough_steps()]
+
+    assert sum(answer.startswith("HTTP/1.1 ") for answer in answers) == 4
+    assert '"status":"succeeded"' in answers[-1]
+
+
+WALKTHROUGH = re.compile(r"^## Walkthrough.*?^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def walkthrough_steps() -> list[tuple[str, list[str]]]:
+    """Each command of the walkthrough, with the comment lines that follow it."""
+    block = WALKTHROUGH.search((ROOT / "README.md").read_text())
+    assert block is not None, "the README has no walkthrough block"
+    steps: list[tuple[str, list[str]]] = []
+    command: list[str] = []
+    for line in block.group(1).splitlines():
+        if line.startswith("#"):
+            if steps and not command:
+                steps[-1][1].append(line[1:].strip())
+        elif line.strip():
+            command.append(line.rstrip("\\"))
+            if not line.endswith("\\"):
+                steps.append((" ".join(command), []))
+                command = []
+    return steps
+
+
+class Reader:
+    """A shell a reader types the walkthrough into, one command after another."""
+
+    def __init__(self, **filled: str) -> None:
+        self.filled = filled
+        self.variables: list[str] = []
+        self.bodies: list[dict[str, Any]] = []
+
+    def run(self, command: str, expected: list[str]) -> str:
+        name, _, _ = command.partition("=")
+        if not command.startswith("curl"):
+            if name in self.filled:
+                command = f"{name}={self.filled[name]}"
+            elif name == "ORDER":
+                command = f"ORDER={self.bodies[0]['orderId']}"
+            self.variables.append(command)
+            return ""
+        if "op_…" in command:
+            command = command.replace("op_…", self.bodies[-1]["operationId"])
+        answer = self.curl(command)
+        self.check(command, answer, expected)
+        self.bodies.append(json.loads(answer.split("\n\n")[-1]))
+        return answer
+
+    def curl(self, command: str) -> str:
+        # The README's step 5 says to poll until the worker is done.
+        deadline = time.monotonic() + 30
+        while True:
+            answer = subprocess.run(
+                ["/bin/bash", "-ec", "\n".join([*self.variables, command])],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
+            if "-si" in command or '"status":"processing"' not in answer:
+                return answer
+            assert time.monotonic() < deadline, "the operation is still processing"
+            time.sleep(0.1)
+
+    @staticmethod
+    def check(command: str, answer: str, expected: list[str]) -> None:
+        for line in expected:
+            if line.startswith("HTTP/1.1 "):
+                assert answer.startswith(f"HTTP/1.1 {line.split()[1]} "), (command, answer[:300])
+            elif re.match(r"^[A-Z][\w-]+: \S", line) and "…" not in line:
+                header = line.split("(")[0].strip()
+                assert header in answer, (command, header, answer[:400])

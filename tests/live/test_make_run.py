@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -171,3 +172,40 @@ def test_make_run_serves_and_stops_everything_once(
     assert "bash:" not in output_text
     assert "Done" not in output_text
     assert _processes_with(f"VAR_DIR={var_dir}") == []
+
+
+def test_make_run_on_a_taken_port_stops_at_once_and_revokes_no_token(var_dir: Path) -> None:
+    # It used to migrate, revoke the last token and print a new one, and
+    # fail only when gunicorn gave up on the port, 19 s later.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        result = subprocess.run(
+            [
+                MAKE,
+                "-o",
+                "install",
+                "run",
+                f"PORT={port}",
+                f"VAR_DIR={var_dir}",
+                f"VENV={BIN.parent}",
+                f"PYTHON={sys.executable}",
+            ],
+            cwd=ROOT,
+            env=base_env(),
+            capture_output=True,
+            text=True,
+            timeout=STARTED_WITHIN_S,
+        )
+        took = time.monotonic() - started
+    output = result.stdout + result.stderr
+
+    assert result.returncode != 0, output
+    assert took < STOPPED_WITHIN_S, output
+    assert f"port {port}" in result.stderr
+    assert "Demo API token" not in output
+    assert "osk_" not in output
+    # Not even a database: nothing was migrated, nothing issued or revoked.
+    assert not var_dir.exists()

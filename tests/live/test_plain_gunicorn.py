@@ -56,7 +56,7 @@ THROTTLED = sample("http_requests_total", method="GET", route="/v1/orders", stat
 
 @contextmanager
 def plain_gunicorn(env: dict[str, str], tmp_path: Path) -> Iterator[LiveService]:
-    """The plain command, in the project's directory, as its README runs it.
+    """The plain command, in the project's directory, as docs/DEPLOYING.md runs it.
 
     Only the environment is the test's: the suite's database, a free port
     (config/gunicorn.py reads ``BIND``), and ``TMPDIR`` so that the metrics
