@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from api.conditional import entity_tag_of
 from api.fields import StrictCharField, StrictIntegerField, StrictSerializer
+from api.parsers import MAX_SAFE_INTEGER
 from operations.models import Operation
 from operations.serializers import operation_path
 from orders.links import order_path, payment_path
@@ -45,7 +46,11 @@ class CancelOrderInput(StrictSerializer):
     reason = StrictCharField(max_length=500, required=False, allow_blank=True)
 
 
+# Answers state the bounds the service holds them to, so that a generated
+# example (Swagger UI's, a fuzzer's) looks like an answer: the model's column
+# types alone would document a quantity of up to 2^31 and amounts of 2^63.
 class OrderItemOutput(serializers.ModelSerializer):
+    qty = serializers.IntegerField(min_value=1, max_value=MAX_QTY)
     unitPrice = serializers.IntegerField(source="unit_price")  # noqa: N815
     lineTotal = serializers.IntegerField(source="line_total")  # noqa: N815
 
@@ -163,6 +168,7 @@ class PaymentLinksOutput(serializers.Serializer):
 
 class PaymentOutput(serializers.ModelSerializer):
     orderId = serializers.CharField(source="order.id")  # noqa: N815
+    amount = serializers.IntegerField(min_value=1, max_value=MAX_SAFE_INTEGER)
     failureCode = serializers.SerializerMethodField()  # noqa: N815
     createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
     updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815

@@ -1,8 +1,10 @@
-"""The README states the policy the code enforces, with the numbers in force by default.
+"""The README and the deployment guide state the numbers in force by default.
 
 The numbers live in config/settings.py and are read and phrased by
-idempotency/policy.py alone; the README is prose, so this test is what
-keeps it from drifting when a default changes. The defaults are read in a
+idempotency/policy.py alone; the documents are prose, so this test is what
+keeps them from drifting when a default changes. The README is a map:
+this test also keeps it short, and free of figures that belong to
+docs/SCALING.md. The defaults are read in a
 process of their own, with no IDEMPOTENCY_* or other setting in its
 environment, so a developer's exported variables cannot make it pass or fail.
 """
@@ -22,6 +24,7 @@ from idempotency.schema import all_stored_answers, stored_statuses
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+DEPLOYING = (ROOT / "docs" / "DEPLOYING.md").read_text()
 # The answer cell of the policy table's row of a key's first request.
 FIRST_REQUEST_ROW = re.compile(r"^\| First request with a key \| ([^|]*) \|", re.MULTILINE)
 # "`400 ValidationError`", "`404`": a status, and its code if named.
@@ -79,20 +82,20 @@ def test_the_readme_names_each_policy_number_as_the_code_does(
     assert defaults["phrases"][phrase] in README
 
 
-def test_the_readme_states_the_body_limit(defaults: dict[str, Any]) -> None:
-    assert f"{defaults['phrases']['body limit']}, with `Content-Length` or chunked" in README
+def test_the_deployment_guide_states_the_body_limit(defaults: dict[str, Any]) -> None:
+    assert f"{defaults['phrases']['body limit']}, with `Content-Length` or chunked" in DEPLOYING
 
 
 def test_the_configuration_table_gives_the_defaults(defaults: dict[str, Any]) -> None:
     for name, value in defaults["settings"].items():
-        row = re.search(rf"^\| `{name}` \| `([^`]*)` \|", README, re.MULTILINE)
+        row = re.search(rf"^\| `{name}` \| `([^`]*)` \|", DEPLOYING, re.MULTILINE)
 
-        assert row is not None, f"{name} has no row in the README's configuration table"
+        assert row is not None, f"{name} has no row in docs/DEPLOYING.md's configuration table"
         assert row.group(1) == f"{value:g}", name
 
 
-def test_every_manage_py_command_the_readme_names_exists() -> None:
-    named = set(re.findall(r"manage\.py (\w+)", README))
+def test_every_manage_py_command_the_documents_name_exists() -> None:
+    named = set(re.findall(r"manage\.py (\w+)", README + DEPLOYING))
     listed = subprocess.run(
         [sys.executable, "manage.py", "help", "--commands"],
         cwd=ROOT,
@@ -101,7 +104,7 @@ def test_every_manage_py_command_the_readme_names_exists() -> None:
         check=True,
     ).stdout.split()
 
-    assert named, "the README names no manage.py command"
+    assert named, "the documents name no manage.py command"
     assert named <= set(listed)
 
 
@@ -136,3 +139,19 @@ def test_the_first_request_row_names_the_statuses_commands_store_and_replay() ->
     named = [(int(status), code) for status, code in NAMED_ANSWER.findall(row.group(1))]
     assert sorted({status for status, _ in named}) == stored_statuses()
     assert {(status, code) for status, code in named if code} <= all_stored_answers()
+
+
+def test_the_readme_is_a_map_with_where_things_are_first() -> None:
+    lines = README.splitlines()
+    headings = {line: at for at, line in enumerate(lines, start=1) if line.startswith("## ")}
+
+    assert len(lines) <= 250
+    assert headings["## Where to start"] <= 80
+    assert headings["## Layout"] <= 80
+
+
+def test_the_readme_quotes_no_benchmark_figure() -> None:
+    # Measured figures live in docs/SCALING.md, with the run they come from.
+    figures = re.findall(r"\b\d[\d.,]* ?(?:req/s|ms|µs|MB|kB)\b|\b[01]\.\d\d\b", README)
+
+    assert figures == []
