@@ -20,6 +20,8 @@ from operations.models import Operation
 from tests.support.concurrency import FinishedOperation, running_worker
 from tests.support.http import ORDER, Api
 
+TESTS = Path(__file__).resolve().parent
+
 
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
@@ -34,6 +36,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # the admin's tests. None of them is about the hash, and the processes the
     # tests start keep the real one.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # WhiteNoise reads every file of STATIC_ROOT for each test client, which
+    # `make run`'s collectstatic fills: a tenth of a second a test, for no
+    # test, since none serves a static file in this process (pages render on
+    # plain storage; the docs are served by a gunicorn of their own). The
+    # suite's process sees the fresh clone's, which is not there.
+    settings.STATIC_ROOT = str(TESTS / "no-static-root")
 
 
 # --- Markers -----------------------------------------------------------------
@@ -43,8 +51,6 @@ def pytest_configure(config: pytest.Config) -> None:
 # through a fixture, or through a helper of its module, is `live` without
 # anyone remembering to say so. tests/architecture/test_markers.py holds the
 # result to what the tests' source starts.
-
-TESTS = Path(__file__).resolve().parent
 
 # Every test of these folders, whatever it calls: a fault scenario, or make
 # run's test, starts gunicorn and its workers with subprocess.Popen, which
