@@ -29,6 +29,7 @@ from tests.support.live import (
     serve,
     stop,
     suite_database_env,
+    wait_until_answering,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,7 +82,11 @@ def deployment(
     )
     try:
         with serve(env, web_workers=1) as service:
-            yield Deployment(service, f"http://127.0.0.1:{port}/metrics", temp)
+            # The worker serves its metrics once it has started, which can be
+            # after gunicorn is healthy: a first scrape before then is refused.
+            worker_metrics = f"http://127.0.0.1:{port}/metrics"
+            wait_until_answering(worker_metrics, [worker])
+            yield Deployment(service, worker_metrics, temp)
     finally:
         stop([worker])
 

@@ -122,16 +122,23 @@ def wait_until_healthy(
     service: LiveService, processes: Sequence[subprocess.Popen[Any]], *, within_s: float = 30
 ) -> None:
     """Until the service answers ``/healthz``; fails at once if one of ``processes`` exits."""
-    # The port opens when gunicorn is ready; there is no event to wait on.
+    wait_until_answering(service.url("/healthz"), processes, within_s=within_s)
+
+
+def wait_until_answering(
+    url: str, processes: Sequence[subprocess.Popen[Any]], *, within_s: float = 30
+) -> None:
+    """Until ``url`` answers ``200``; fails at once if one of ``processes`` exits."""
+    # The port opens when the server is ready; there is no event to wait on.
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         assert all(p.poll() is None for p in processes), "a service process exited"
         try:
-            if requests.get(service.url("/healthz"), timeout=5).status_code == 200:
+            if requests.get(url, timeout=5).status_code == 200:
                 return
         except (requests.ConnectionError, requests.Timeout):
             time.sleep(0.05)
-    raise AssertionError("the service did not become healthy")
+    raise AssertionError(f"{url} did not answer")
 
 
 def stop(processes: Sequence[subprocess.Popen[Any]]) -> None:
