@@ -247,7 +247,7 @@ def _render_api_exception(exc: drf.APIException) -> HttpResponse:
     if isinstance(exc, drf.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"nonFieldErrors": exc.detail}
         details, omitted = bounded_details(detail)
-        message = "The request body is not valid; see details."
+        message = "The request is not valid; see details."
         if omitted:
             message += f" {omitted} more error{'s' * (omitted > 1)} not listed."
         return problem_response(

@@ -63,7 +63,7 @@ def test_errors_in_every_line_of_the_largest_order_stay_within_a_stored_refusal(
     assert "0" in error["details"]["items"]
     assert "99" not in error["details"]["items"]
     assert re.fullmatch(
-        r"The request body is not valid; see details\. \d+ more errors not listed\.",
+        r"The request is not valid; see details\. \d+ more errors not listed\.",
         error["message"],
     )
 

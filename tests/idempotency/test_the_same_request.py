@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from idempotency.commands import NO_QUERY_STRING
 from idempotency.models import IdempotencyKey
 from orders.models import Order
 from tests.support.http import Api, problem
@@ -28,6 +29,8 @@ def test_a_command_with_a_query_string_is_refused_before_it_starts(
     body = problem(response)
     assert body["error"] == "ValidationError"
     assert list(body["details"]) == ["query"]
+    assert body["message"] == "The request is not valid; see details."
+    assert body["details"]["query"] == [NO_QUERY_STRING]
     assert Order.objects.count() == 0
     assert IdempotencyKey.objects.count() == 0
 
