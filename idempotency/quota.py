@@ -19,7 +19,7 @@ cost in proportion to what the principal keeps. A running total is kept in
 
 - A command that stores its answer adds its key's bytes to the bucket its
   key expires in (``expires_by``: the bucket's end), in the same
-  transaction, with one upsert sent with the ``COMMIT`` (idempotency/commands.py).
+  transaction, with one upsert sent with the ``COMMIT`` (idempotency/statements.py).
 - The claim reads the total of the principal's buckets that have not ended,
   in its own statement (a ``RETURNING`` subquery): the check costs no round
   trip, and a key that exists is replayed without it mattering.

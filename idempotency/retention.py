@@ -5,7 +5,8 @@ docs/SPECIFICATION.md §3 rule 10.
 How a purge stays out of the way of commands
 ============================================
 
-Commands touch a key row in three ways (idempotency/commands.py): a claim
+Commands touch a key row in three ways (idempotency/commands.py, its SQL in
+idempotency/statements.py): a claim
 INSERTs a new row (and the command's answer a row of its own beside it); a
 replay reads one with a plain SELECT (no lock); a request that finds its
 key expired deletes that row and its answer conditionally

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,14 @@ def test_the_readme_quotes_no_benchmark_figure() -> None:
     figures = re.findall(r"\b\d[\d.,]* ?(?:req/s|ms|µs|MB|kB)\b|\b[01]\.\d\d\b", README)
 
     assert figures == []
+
+
+def test_the_quick_loop_paragraph_names_every_marker_make_check_leaves_out() -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    markers = {line.split(":")[0] for line in declared["markers"]}
+    makefile = (ROOT / "Makefile").read_text()
+    (check_markers,) = re.findall(r"^CHECK_MARKERS := (.*)$", makefile, re.MULTILINE)
+    paragraph = README.split("### The quick loop")[1].split("```")[0]
+
+    assert set(re.findall(r"not (\w+)", check_markers)) == markers
+    assert {marker for marker in markers if f"`{marker}`" not in paragraph} == set()
