@@ -40,7 +40,7 @@ MAX_UNKNOWN_FIELDS_NAMED = 5
 MAX_NAMED_FIELD_LENGTH = 64
 
 
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(serializers.Serializer[Any]):
     """A serializer that refuses members it does not know (typos included).
 
     The error names the first few unknown members (in name order, short

@@ -67,7 +67,7 @@ from api.problem import PROBLEM_CONTENT_TYPE
 
 
 def default_serializer_schema(
-    auto_schema: AutoSchema, serializer: serializers.Serializer, direction: Any
+    auto_schema: AutoSchema, serializer: serializers.Serializer[Any], direction: Any
 ) -> dict[str, Any]:
     """The schema drf-spectacular makes of ``serializer`` by itself, for an extension to amend.
 
@@ -125,7 +125,7 @@ class StrictSerializerScheme(OpenApiSerializerExtension):
         return schema
 
 
-def _constrain_list(field: serializers.ListSerializer, prop: dict[str, Any]) -> None:
+def _constrain_list(field: serializers.ListSerializer[Any], prop: dict[str, Any]) -> None:
     # drf-spectacular reads neither allow_empty nor the length bounds of a
     # nested list (which DRF's stubs do not declare either).
     min_length: int | None = getattr(field, "min_length", None)
@@ -165,7 +165,7 @@ def _constrain_string(field: serializers.CharField, prop: dict[str, Any]) -> dic
 # --- The problem body ------------------------------------------------------
 
 
-class Problem(serializers.Serializer):
+class Problem(serializers.Serializer[Any]):
     """An error: RFC 9457 problem details plus the service's own members.
 
     Served as ``application/problem+json``. ``error`` is the stable code to
@@ -232,7 +232,7 @@ def _rendered(error: BaseException) -> dict[str, Any]:
     return body
 
 
-Member = Callable[..., serializers.Field]
+Member = Callable[..., serializers.Field[Any, Any, Any, Any]]
 
 
 @dataclass(frozen=True)
@@ -317,7 +317,7 @@ def not_found(resource: str, example_id: str) -> Refusal:
     )
 
 
-def validation_error(serializer_class: type[serializers.Serializer], body: Any) -> Refusal:
+def validation_error(serializer_class: type[serializers.Serializer[Any]], body: Any) -> Refusal:
     """``400 ValidationError``, with the ``details`` the serializer gives ``body``."""
     serializer = serializer_class(data=body)
     if serializer.is_valid():
@@ -475,7 +475,9 @@ INVALID_LIST_QUERY = Refusal(
 )
 
 
-def cursor_page(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+def cursor_page(
+    item: type[serializers.Serializer[Any]], name: str
+) -> type[serializers.Serializer[Any]]:
     """The response of a list: ``{"results", "next", "previous", "nextCursor", "previousCursor"}``.
 
     The views paginate by hand (api.pagination), so drf-spectacular cannot
@@ -546,7 +548,9 @@ def _problem(status: int, group: Sequence[Refusal], scope: str) -> type[Problem]
     return problem
 
 
-def _members(group: Sequence[Refusal], problem_name: str) -> dict[str, serializers.Field]:
+def _members(
+    group: Sequence[Refusal], problem_name: str
+) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
     """What the group's codes add to :class:`Problem`, each required if every code adds it."""
     declared: dict[str, list[Member]] = {}
     for refusal in group:
@@ -576,7 +580,7 @@ def _field_class(member: Member) -> Any:
     return member.func if isinstance(member, partial) else member
 
 
-def _fact(value: Any) -> serializers.Field:
+def _fact(value: Any) -> serializers.Field[Any, Any, Any, Any]:
     """A field for one fact of an example's ``details``, typed from its value."""
     if isinstance(value, bool):
         return serializers.BooleanField(required=False)

@@ -37,7 +37,7 @@ class Selected(Generic[M]):
 
     model: type[M]
     alias: str
-    fields: tuple[Field, ...]
+    fields: tuple["Field[Any, Any]", ...]
 
     @classmethod
     def of(cls, model: type[M], alias: str, *names: str) -> "Selected[M]":

@@ -8,7 +8,7 @@ from typing import Any
 import structlog
 from celery import Celery, Task, signals
 from celery.worker.consumer import Consumer
-from kombu import Connection
+from kombu.connection import Connection
 
 from observability import worker_metrics
 from observability.tracing import (
@@ -38,7 +38,8 @@ class _Consumer(Consumer):
         conn.ensure_connection = partial(  # type: ignore[method-assign]
             conn.ensure_connection, interval_start=1, interval_step=0, interval_max=1
         )
-        return super().ensure_connected(conn)
+        connected: Connection = super().ensure_connected(conn)
+        return connected
 
 
 app = Celery("config")
@@ -48,6 +49,7 @@ app.autodiscover_tasks()
 
 if app.conf.broker_url.startswith("sqla+"):
     from kombu.transport import sqlalchemy
+    from kombu.transport.sqlalchemy.models import metadata
     from sqlalchemy.exc import IntegrityError, OperationalError
 
     class _Channel(sqlalchemy.Channel):
@@ -64,7 +66,7 @@ if app.conf.broker_url.startswith("sqla+"):
         """
 
         def _open(self) -> Any:
-            for _ in sqlalchemy.metadata.tables:
+            for _ in metadata.tables:
                 try:
                     return super()._open()
                 except OperationalError:

@@ -71,7 +71,8 @@ class IdempotencyKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="Response headers")
     def response_headers(self, obj: IdempotencyKey) -> dict[str, str]:
-        return obj.answer.headers
+        headers: dict[str, str] = obj.answer.headers
+        return headers
 
     @admin.display(description="Response body")
     def response_body_text(self, obj: IdempotencyKey) -> str:

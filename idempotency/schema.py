@@ -163,7 +163,7 @@ KEY_INVALID = Refusal(
 )
 
 
-class MismatchDetails(serializers.Serializer):
+class MismatchDetails(serializers.Serializer[Any]):
     """``details`` of a conflict with an earlier request: the key's first, or the id's order."""
 
     mismatch = serializers.ListField(

@@ -8,6 +8,7 @@ command made without knowing any command.
 """
 
 import json
+from typing import Any
 from urllib.parse import quote
 
 from drf_spectacular.utils import extend_schema_field
@@ -68,7 +69,7 @@ def _body_links(body: bytes) -> dict[str, str]:
     return {name: value for name, value in links.items() if isinstance(value, str)}
 
 
-class IdempotencyKeyLinksOutput(serializers.Serializer):
+class IdempotencyKeyLinksOutput(serializers.Serializer[Any]):
     """Where the key leads: reads of what its command made, never a replay of it.
 
     Any other member is a link of the key's stored answer, by its name there
@@ -93,7 +94,7 @@ class IdempotencyKeyLinksOutput(serializers.Serializer):
     )
 
 
-class IdempotencyKeyOutput(serializers.Serializer):
+class IdempotencyKeyOutput(serializers.Serializer[IdempotencyKey]):
     """What became of one of the caller's idempotency keys; never the request's values."""
 
     key = serializers.CharField(help_text="The key, in its plain form.")

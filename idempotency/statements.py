@@ -295,7 +295,9 @@ _USAGE_FILTER = tuple(
 )
 
 
-def _bound(db: BaseDatabaseWrapper, fields: Sequence[Field], values: Sequence[Any]) -> list[Any]:
+def _bound(
+    db: BaseDatabaseWrapper, fields: Sequence["Field[Any, Any]"], values: Sequence[Any]
+) -> list[Any]:
     """``values`` of ``fields`` as the backend takes them.
 
     psycopg adapts integers, strings, bytes and aware datetimes as they
@@ -318,7 +320,7 @@ def _column(model: type[Model], name: str) -> str:
     return connection.ops.quote_name(field.column)
 
 
-def _insert_sql(vendor: str, model: type[Model], fields: Sequence[Field]) -> str:
+def _insert_sql(vendor: str, model: type[Model], fields: Sequence["Field[Any, Any]"]) -> str:
     """``INSERT INTO <model's table> (<fields>) VALUES (<a placeholder each>)``."""
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)

@@ -73,7 +73,7 @@ class RetryPolicy:
 
     def delay(self, attempts: int) -> float:
         """Seconds between the end of attempt number ``attempts`` (from 1) and the next."""
-        return min(self.first_delay() * 2 ** (attempts - 1), self.max_delay)
+        return min(self.first_delay() * 2.0 ** (attempts - 1), self.max_delay)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ def result_path(operation: Operation) -> str:
     return registry.kind_of(operation).result_path(operation.result_id)
 
 
-class OperationErrorOutput(serializers.Serializer):
+class OperationErrorOutput(serializers.Serializer[Operation]):
     """Why an operation failed; ``null`` unless it did."""
 
     error = serializers.CharField(
@@ -32,14 +32,14 @@ class OperationErrorOutput(serializers.Serializer):
     message = serializers.CharField(source="error_message", help_text="For people.")
 
 
-class OperationLinksOutput(serializers.Serializer):
+class OperationLinksOutput(serializers.Serializer[Any]):
     self = serializers.CharField(help_text="This operation.")
     result = serializers.CharField(
         help_text="What it works on: the payment of a charge, the order of a refund."
     )
 
 
-class OperationOutput(serializers.ModelSerializer):
+class OperationOutput(serializers.ModelSerializer[Operation]):
     resultId = serializers.CharField(source="result_id")  # noqa: N815
     error = serializers.SerializerMethodField()
     createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
@@ -50,7 +50,7 @@ class OperationOutput(serializers.ModelSerializer):
         model = Operation
         fields = ["id", "kind", "status", "resultId", "error", "createdAt", "updatedAt", "links"]
 
-    def get_fields(self) -> dict[str, serializers.Field]:
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields()
         # The kinds are known once the apps have registered them, after
         # this class is defined; the schema's enum lists them.

@@ -38,7 +38,10 @@ def order_rows_of(*, tenant: Tenant) -> QuerySet[Order, dict[str, Any]]:
     their relations are read for the whole page at once by
     :func:`relations_of`.
     """
-    return Order.objects.filter(tenant=tenant).values(*LISTED_COLUMNS)
+    rows: QuerySet[Order, dict[str, Any]] = Order.objects.filter(tenant=tenant).values(
+        *LISTED_COLUMNS
+    )
+    return rows
 
 
 @dataclass(frozen=True)

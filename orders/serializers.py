@@ -49,7 +49,7 @@ class CancelOrderInput(StrictSerializer):
 # Answers state the bounds the service holds them to, so that a generated
 # example (Swagger UI's, a fuzzer's) looks like an answer: the model's column
 # types alone would document a quantity of up to 2^31 and amounts of 2^63.
-class OrderItemOutput(serializers.ModelSerializer):
+class OrderItemOutput(serializers.ModelSerializer[OrderItem]):
     qty = serializers.IntegerField(min_value=1, max_value=MAX_QTY)
     unitPrice = serializers.IntegerField(source="unit_price")  # noqa: N815
     lineTotal = serializers.IntegerField(source="line_total")  # noqa: N815
@@ -59,11 +59,11 @@ class OrderItemOutput(serializers.ModelSerializer):
         fields = ["sku", "qty", "unitPrice", "lineTotal"]
 
 
-class OrderLinksOutput(serializers.Serializer):
+class OrderLinksOutput(serializers.Serializer[Any]):
     self = serializers.CharField(help_text="The order.")
 
 
-class OrderOutput(serializers.ModelSerializer):
+class OrderOutput(serializers.ModelSerializer[Order]):
     customerId = serializers.CharField(source="customer_id")  # noqa: N815
     totalAmount = serializers.IntegerField(source="total_amount")  # noqa: N815
     items = OrderItemOutput(many=True, source="lines")
@@ -95,7 +95,7 @@ class OrderOutput(serializers.ModelSerializer):
         return {"self": order_path(order.id)}
 
 
-class OrderCommandOutput(serializers.Serializer):
+class OrderCommandOutput(serializers.Serializer[Any]):
     """The answer to a synchronous order command: ``{"status", "orderId", "order", "links"}``."""
 
     status = serializers.ChoiceField(choices=["succeeded"])
@@ -161,12 +161,12 @@ class CreatePaymentInput(StrictSerializer):
         )
 
 
-class PaymentLinksOutput(serializers.Serializer):
+class PaymentLinksOutput(serializers.Serializer[Any]):
     self = serializers.CharField(help_text="The payment.")
     order = serializers.CharField(help_text="The order it pays.")
 
 
-class PaymentOutput(serializers.ModelSerializer):
+class PaymentOutput(serializers.ModelSerializer[Payment]):
     orderId = serializers.CharField(source="order.id")  # noqa: N815
     amount = serializers.IntegerField(min_value=1, max_value=MAX_SAFE_INTEGER)
     failureCode = serializers.SerializerMethodField()  # noqa: N815
@@ -196,12 +196,12 @@ class PaymentOutput(serializers.ModelSerializer):
         return {"self": payment_path(payment.id), "order": order_path(payment.order.id)}
 
 
-class AcceptedLinksOutput(serializers.Serializer):
+class AcceptedLinksOutput(serializers.Serializer[Any]):
     self = serializers.CharField(help_text="What the command is about: the payment, or the order.")
     operation = serializers.CharField(help_text="The operation to poll.")
 
 
-class PaymentAcceptedOutput(serializers.Serializer):
+class PaymentAcceptedOutput(serializers.Serializer[Any]):
     """The answer to POST /v1/payments: the payment and the operation charging it."""
 
     status = serializers.ChoiceField(choices=Operation.Status.choices)
@@ -219,7 +219,7 @@ class PaymentAcceptedOutput(serializers.Serializer):
         }
 
 
-class RefundAcceptedOutput(serializers.Serializer):
+class RefundAcceptedOutput(serializers.Serializer[Any]):
     """The answer to cancelling a paid order: the order and the refund operation."""
 
     status = serializers.ChoiceField(choices=Operation.Status.choices)

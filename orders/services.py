@@ -54,7 +54,7 @@ PROVIDER_UNAVAILABLE = "ProviderUnavailable"
 
 
 def _payment_retry_backoff() -> float:
-    return settings.PAYMENT_RETRY_BACKOFF
+    return float(settings.PAYMENT_RETRY_BACKOFF)
 
 
 # A provider call whose outcome is unknown is retried with the same provider

@@ -238,7 +238,8 @@ def stranger_api(db: None, catalog: None) -> Api:
 @pytest.fixture
 def order_body() -> dict[str, Any]:
     """A copy of ``ORDER`` of the test's own, to change."""
-    return json.loads(json.dumps(ORDER))
+    body: dict[str, Any] = json.loads(json.dumps(ORDER))
+    return body
 
 
 @pytest.fixture

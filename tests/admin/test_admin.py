@@ -101,7 +101,8 @@ def change_page(obj: Model) -> str:
 
 
 def page_text(response: Any) -> str:
-    return response.content.decode()
+    text: str = response.content.decode()
+    return text
 
 
 # --- every changelist -----------------------------------------------------------

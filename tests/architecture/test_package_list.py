@@ -25,7 +25,8 @@ def _pyproject() -> dict[str, Any]:
 
 
 def _root_packages() -> list[str]:
-    return _pyproject()["tool"]["importlinter"]["root_packages"]
+    packages: list[str] = _pyproject()["tool"]["importlinter"]["root_packages"]
+    return packages
 
 
 def _found(directory: Path, exclude: list[str]) -> Iterator[str]:

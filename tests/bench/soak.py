@@ -107,7 +107,10 @@ class Soak:
         return self.post("/v1/payments", body)
 
     def processing(self) -> int:
-        return self._scalar("SELECT count(*) FROM operations_operation WHERE status = 'processing'")
+        count: int = self._scalar(
+            "SELECT count(*) FROM operations_operation WHERE status = 'processing'"
+        )
+        return count
 
     def _scalar(self, query: str, *params: object) -> Any:
         row = self.db.execute(query, params).fetchone()
@@ -134,7 +137,8 @@ class Soak:
         ).fetchone() or (None, None)
         assert first is not None
         assert last is not None
-        return (len(accepted) - 1) / (last - first).total_seconds()
+        elapsed: float = (last - first).total_seconds()
+        return (len(accepted) - 1) / elapsed
 
     def run(self, worker_rate: float) -> None:
         rate = LOAD * worker_rate

@@ -94,7 +94,8 @@ class Sent:
 
     @property
     def key(self) -> str | None:
-        return self.request.headers.get("Idempotency-Key")
+        key: str | None = self.request.headers.get("Idempotency-Key")
+        return key
 
 
 class Script:

@@ -31,7 +31,8 @@ ABSOLUTE_URL = re.compile(r"""(?:https?:)?//([^/\s"'<>)]+)""", re.IGNORECASE)
 def schema() -> dict[str, Any]:
     response = Client().get("/v1/schema/", {"format": "json"})
     assert response.status_code == 200
-    return json.loads(response.content)
+    document: dict[str, Any] = json.loads(response.content)
+    return document
 
 
 def operations(schema: dict[str, Any], methods: tuple[str, ...]) -> list[tuple[str, str, Any]]:
@@ -333,7 +334,7 @@ def test_the_white_space_of_string_patterns_is_what_drf_trims() -> None:
 # --- The one private call into drf-spectacular (api.openapi.default_serializer_schema) ---
 
 
-class TwoMembers(serializers.Serializer):
+class TwoMembers(serializers.Serializer[Any]):
     """A name and a count."""
 
     name = serializers.CharField(max_length=8, help_text="Its name.")

@@ -47,7 +47,7 @@ def assert_problem(
     headers = {name.lower(): value for name, value in received.items()}
     assert status_code == status, body
     assert headers["content-type"] == "application/problem+json"
-    problem = json.loads(body)
+    problem: dict[str, Any] = json.loads(body)
     assert set(problem) == PROBLEM_MEMBERS
     assert problem["type"] == f"urn:order-service:problem:{code}"
     assert problem["status"] == status

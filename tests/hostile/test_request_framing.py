@@ -16,6 +16,7 @@ import http.client
 import json
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -122,7 +123,7 @@ def test_a_body_shorter_than_its_content_length_is_refused_and_the_key_stays_fre
 
 def send_then_close(
     service: LiveService, api: Api, path: str, body: bytes, *, declared: int, key: str
-) -> tuple[int, dict]:
+) -> tuple[int, dict[str, Any]]:
     """Send ``body`` under a larger ``Content-Length``, then end the sending side."""
     host, port = service.address
     connection = http.client.HTTPConnection(host, port, timeout=30)
@@ -137,6 +138,6 @@ def send_then_close(
     assert connection.sock is not None
     connection.sock.shutdown(socket.SHUT_WR)
     response = connection.getresponse()
-    answer = json.loads(response.read())
+    answer: dict[str, Any] = json.loads(response.read())
     connection.close()
     return response.status, answer

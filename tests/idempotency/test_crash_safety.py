@@ -125,4 +125,5 @@ def backend_sleeping() -> bool:
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep%%'"
         )
-        return cursor.fetchone()[0] > 0
+        sleeping: int = cursor.fetchone()[0]
+        return sleeping > 0

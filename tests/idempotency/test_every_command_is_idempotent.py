@@ -152,7 +152,7 @@ def test_every_state_changing_endpoint_under_v1_is_an_idempotent_command() -> No
 # --- The ways of forgetting, each caught -------------------------------------
 
 
-class WidgetViewSet(viewsets.ModelViewSet):
+class WidgetViewSet(viewsets.ModelViewSet[Order]):
     """create, update, partial_update and destroy as ModelViewSet has them: undecorated."""
 
     queryset = Order.objects.all()  # routing only: nothing is queried

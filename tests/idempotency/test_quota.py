@@ -36,9 +36,9 @@ LARGE_REFUSAL = {"customerId": 7, "currency": "rub", "items": [LINE] * 100}
 
 def counted(api: Api) -> int:
     """What the principal's keys are counted for, by the running total."""
-    return StorageUsage.objects.filter(principal=api.principal).aggregate(total=Sum("bytes"))[
-        "total"
-    ]
+    usage = StorageUsage.objects.filter(principal=api.principal)
+    total: int = usage.aggregate(total=Sum("bytes"))["total"]
+    return total
 
 
 def held(api: Api) -> int:
@@ -57,8 +57,9 @@ def held(api: Api) -> int:
 @pytest.fixture
 def small_quota(settings: Settings) -> int:
     """Room for a few large refusals past the worst case of one key."""
-    settings.IDEMPOTENCY_STORAGE_PER_PRINCIPAL = quota.MAX_KEY_BYTES + 100_000
-    return settings.IDEMPOTENCY_STORAGE_PER_PRINCIPAL
+    bound = quota.MAX_KEY_BYTES + 100_000
+    settings.IDEMPOTENCY_STORAGE_PER_PRINCIPAL = bound
+    return bound
 
 
 def fill(api: Api) -> tuple[list[str], Any]:

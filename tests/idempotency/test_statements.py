@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Collection
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -80,7 +81,7 @@ def inserted_columns(queries: CaptureQueriesContext) -> dict[str, list[str]]:
     return inserts
 
 
-def fields_of(model: type[Model], *, primary_key: bool) -> list[Field]:
+def fields_of(model: type[Model], *, primary_key: bool) -> list["Field[Any, Any]"]:
     return [f for f in model._meta.concrete_fields if primary_key or not f.primary_key]
 
 

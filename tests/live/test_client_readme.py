@@ -30,7 +30,8 @@ _PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 def readme_example() -> str:
     """The code of the README's Example section, its one python block."""
     section = README.read_text().split("\n## Example\n", 1)[1].split("\n## ", 1)[0]
-    (code,) = _PYTHON_BLOCK.findall(section)
+    blocks: list[str] = _PYTHON_BLOCK.findall(section)
+    (code,) = blocks
     return code
 
 

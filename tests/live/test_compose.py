@@ -25,7 +25,8 @@ HAPROXY = Path("/usr/sbin/haproxy")
 
 @pytest.fixture(scope="module")
 def services() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    services: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    return services
 
 
 def command_text(service: dict[str, Any]) -> str:

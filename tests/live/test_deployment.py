@@ -16,7 +16,7 @@ PRODUCTION_ENV = {
 }
 
 
-def manage_py(*args: str, **env: str) -> subprocess.CompletedProcess:
+def manage_py(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,

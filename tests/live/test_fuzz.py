@@ -70,7 +70,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-def test_every_operation_keeps_its_schema(case: schemathesis.Case) -> None:
+def test_every_operation_keeps_its_schema(case: schemathesis.Case[Any]) -> None:
     """Each operation alone: its examples, boundary values and random requests."""
     case.call_and_validate(timeout=30)
 
@@ -79,7 +79,7 @@ def test_workflows_keep_the_schema(api_schema: Any) -> None:
     """Chains that follow the schema's links: place, pay, poll, read and cancel orders."""
 
     class Workflows(api_schema.as_state_machine()):  # type: ignore[misc]
-        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+        def get_call_kwargs(self, case: schemathesis.Case[Any]) -> dict[str, Any]:
             return {"timeout": 30}
 
     settings = hypothesis_settings(

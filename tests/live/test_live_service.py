@@ -32,7 +32,7 @@ from tests.support.live import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def post(service: LiveService, token: str, key: str, body: dict) -> requests.Response:
+def post(service: LiveService, token: str, key: str, body: dict[str, Any]) -> requests.Response:
     return post_command(service.url("/v1/orders"), body, token=token, key=key)
 
 
@@ -119,12 +119,12 @@ def test_the_embedded_worker_charges_a_payment(embedded_service: tuple[LiveServi
     assert paid.json()["status"] == "paid"
 
 
-def poll(service: LiveService, location: str, headers: dict) -> dict:
+def poll(service: LiveService, location: str, headers: dict[str, str]) -> dict[str, Any]:
     """Poll an operation as a client does, honouring Retry-After (bounded)."""
     deadline = time.monotonic() + 30
     while True:
         response = requests.get(service.url(location), headers=headers, timeout=10)
-        operation = response.json()
+        operation: dict[str, Any] = response.json()
         if operation["status"] != "processing":
             return operation
         assert time.monotonic() < deadline, "operation still processing"

@@ -14,7 +14,7 @@ from tests.support.http import Api, body_of, payment_body
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def json_lines(caplog: pytest.LogCaptureFixture, event: str) -> list[dict]:
+def json_lines(caplog: pytest.LogCaptureFixture, event: str) -> list[dict[str, Any]]:
     formatter = json_formatter()
     lines = [json.loads(formatter.format(record)) for record in caplog.records]
     return [line for line in lines if line.get("event") == event]

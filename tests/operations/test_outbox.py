@@ -32,14 +32,16 @@ def place_order(api: Api, key: str) -> dict[str, Any]:
         {"customerId": "c", "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"},
         key=key,
     )
-    return body_of(created)["order"]
+    order: dict[str, Any] = body_of(created)["order"]
+    return order
 
 
 def pay(api: Api, key: str = "p") -> dict[str, Any]:
     order = place_order(api, key=f"order-{key}")
     response = api.post("/v1/payments", payment_body(order), key=key)
     assert response.status_code == 202
-    return body_of(response)
+    accepted: dict[str, Any] = body_of(response)
+    return accepted
 
 
 @pytest.fixture

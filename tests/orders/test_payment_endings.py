@@ -60,13 +60,15 @@ def place_order(api: Api, key: str = "order") -> dict[str, Any]:
         {"customerId": "c", "items": [{"sku": "ABC", "qty": 1}], "currency": "RUB"},
         key=key,
     )
-    return body_of(created)["order"]
+    order: dict[str, Any] = body_of(created)["order"]
+    return order
 
 
 def pay(api: Api, order: dict[str, Any], method: str, key: str = "pay") -> dict[str, Any]:
     accepted = api.post("/v1/payments", payment_body(order, method), key=key)
     assert accepted.status_code == 202
-    return body_of(accepted)
+    body: dict[str, Any] = body_of(accepted)
+    return body
 
 
 def paid_order(api: Api, finished_operation: FinishedOperation) -> dict[str, Any]:

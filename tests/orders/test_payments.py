@@ -33,16 +33,17 @@ from tests.support.live import suite_database_url
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def ledger() -> list[dict]:
+def ledger() -> list[dict[str, Any]]:
     out = io.StringIO()
     call_command("provider_ledger", stdout=out)
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
-def place_order(api: Api, body: dict[str, Any]) -> dict:
+def place_order(api: Api, body: dict[str, Any]) -> dict[str, Any]:
     response = api.post("/v1/orders", body, key=f"order-{Order.objects.count()}")
     assert response.status_code == 201
-    return body_of(response)["order"]
+    order: dict[str, Any] = body_of(response)["order"]
+    return order
 
 
 # --- end to end, with a worker ---------------------------------------------------

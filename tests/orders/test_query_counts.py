@@ -74,7 +74,8 @@ def test_a_replay_is_one_read_that_writes_and_locks_nothing(
 def _key_row_versions() -> list[tuple[str, str]]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT xmin::text, xmax::text FROM idempotency_idempotencykey")
-        return cursor.fetchall()
+        versions: list[tuple[str, str]] = cursor.fetchall()
+        return versions
 
 
 # A conflict reads the key as a replay does, and then its field digests

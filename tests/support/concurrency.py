@@ -59,7 +59,8 @@ def backend_waiting_on_a_lock() -> bool:
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
-        return cursor.fetchone()[0] > 0
+        waiting: int = cursor.fetchone()[0]
+        return waiting > 0
 
 
 @contextmanager

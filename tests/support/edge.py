@@ -113,7 +113,7 @@ def nginx(
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def _wait_until_listening(port: int, process: subprocess.Popen, workdir: Path) -> None:
+def _wait_until_listening(port: int, process: subprocess.Popen[bytes], workdir: Path) -> None:
     # nginx signals nothing when it listens; the port opening is the sign.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

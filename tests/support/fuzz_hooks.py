@@ -18,7 +18,7 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 CATALOG_SKUS = ("ABC", "XYZ")
 
 
-def with_fresh_key(case: schemathesis.Case) -> None:
+def with_fresh_key(case: schemathesis.Case[Any]) -> None:
     """A new key for every well-formed one, so each case is a new command.
 
     Otherwise cases drawn with equal keys would replay, or conflict with,
@@ -35,7 +35,7 @@ def with_fresh_key(case: schemathesis.Case) -> None:
         headers[IDEMPOTENCY_KEY] = str(uuid.uuid4())
 
 
-def without_drawn_cursors(case: schemathesis.Case) -> None:
+def without_drawn_cursors(case: schemathesis.Case[Any]) -> None:
     """Leave ``cursor`` out: the service signs its cursors, so none drawn is valid.
 
     The schema cannot say which strings are signed, and every drawn cursor is
@@ -46,7 +46,7 @@ def without_drawn_cursors(case: schemathesis.Case) -> None:
         case.query.pop("cursor", None)
 
 
-def with_catalog_skus(case: schemathesis.Case) -> None:
+def with_catalog_skus(case: schemathesis.Case[Any]) -> None:
     """Orders of the demo catalog, so that workflows get past placing one.
 
     Drawn SKUs are almost never in the catalog. In a case drawn valid, each
@@ -71,7 +71,9 @@ def with_catalog_skus(case: schemathesis.Case) -> None:
 
 
 @schemathesis.hook
-def before_call(context: schemathesis.HookContext, case: schemathesis.Case, kwargs: Any) -> None:
+def before_call(
+    context: schemathesis.HookContext, case: schemathesis.Case[Any], kwargs: Any
+) -> None:
     """Every call, from the CLI, the pytest integration and stateful workflows alike."""
     with_catalog_skus(case)
     with_fresh_key(case)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.http import HttpResponse
 from django.test import Client
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     # What Django's test client answers: a response with .json() and
     # .wsgi_request. The name exists in django-stubs only; at run time,
     # where it only ever annotates, it stands for HttpResponse.
-    from django.test.client import _MonkeyPatchedWSGIResponse as ClientResponse
+    from django.test.client import _MonkeyPatchedWSGIResponse
+
+    ClientResponse: TypeAlias = _MonkeyPatchedWSGIResponse
 else:
     ClientResponse = HttpResponse
 

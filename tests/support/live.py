@@ -52,7 +52,8 @@ def post_command(
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def manage(*args: str, env: Mapping[str, str]) -> str:
