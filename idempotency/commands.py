@@ -97,7 +97,7 @@ def idempotent_command(
 
     def decorate(method: View[V, P]) -> Guarded[V, P]:
         @functools.wraps(method)
-        def wrapper(view: V, request: Request, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        def guard(view: V, request: Request, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
             def execute() -> HttpResponse:
                 response = method(view, request, *args, **kwargs)
                 response = view.finalize_response(request, response, *args, **kwargs)
@@ -124,8 +124,8 @@ def idempotent_command(
                 )
             return response
 
-        wrapper.idempotent_command = True  # type: ignore[attr-defined]
-        return wrapper
+        guard.idempotent_command = True  # type: ignore[attr-defined]
+        return guard
 
     return decorate(view_method) if view_method is not None else decorate
 
