@@ -10,6 +10,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import environ
 
@@ -116,33 +117,60 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------
 
-DATABASES = {
-    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'order-service.sqlite3'}"),
-}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # SQLite serialises writers. BEGIN IMMEDIATE takes the write lock at the
-    # start of every transaction instead of upgrading a read lock midway
-    # (which fails at once with "database is locked"); WAL lets readers run
-    # beside the one writer; the busy timeout makes writers queue.
-    DATABASES["default"]["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
-        "init_command": (
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;"
-        ),
-    }
-else:
+
+def _database(url: str) -> dict[str, Any]:
+    """The Django database at ``url``, with how we connect to it.
+
+    A PostgreSQL URL may name several hosts, as libpq does
+    (``postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write``):
+    each new connection then goes to whichever is the primary, so that after
+    a failover every process finds the new one by itself
+    (docs/DEPLOYING.md#a-replicated-postgresql).
+    """
+    database: dict[str, Any] = env.db_url_config(url)
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        # SQLite serialises writers. BEGIN IMMEDIATE takes the write lock at
+        # the start of every transaction instead of upgrading a read lock
+        # midway (which fails at once with "database is locked"); WAL lets
+        # readers run beside the one writer; the busy timeout makes writers
+        # queue.
+        database["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": (
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;"
+            ),
+        }
+        return database
     # Persistent connections save a connect per request under gunicorn; the
     # health check at each request's first query replaces one the database
-    # closed (a restart), so the same processes serve again once it is back.
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
-    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # closed (a restart, a failover), so the same processes serve again once
+    # it is back.
+    database.setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    database.setdefault("CONN_HEALTH_CHECKS", True)
     # A database that does not answer at all (a host down, a dropped route)
     # must fail the request in seconds, with 503, not hold a worker until
-    # gunicorn's timeout kills it.
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+    # gunicorn's timeout kills it. libpq applies it to each host of a
+    # multi-host URL in turn.
+    database.setdefault("OPTIONS", {}).setdefault(
         "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=3)
     )
+    return database
+
+
+DATABASES = {
+    "default": _database(
+        env.str("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'order-service.sqlite3'}")
+    ),
+}
+# The payment provider simulator's records, in a database of their own when
+# PROVIDER_DATABASE_URL names one: where a remote provider's records are, out
+# of reach of whatever happens to ours (a failover, a restore). Unset, they
+# live in the service's database. The alias is the provider app's
+# (provider/routers.py routes the app to it).
+if PROVIDER_DATABASE_URL := env.str("PROVIDER_DATABASE_URL", default=""):
+    DATABASES["provider"] = _database(PROVIDER_DATABASE_URL)
+DATABASE_ROUTERS = ["provider.routers.ProviderRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -16,7 +16,8 @@ any other):
 
 It deduplicates by provider key and keeps its own ledger
 (``manage.py provider_ledger``) in transactions of its own, as a remote
-provider would. Like a remote call, it refuses to run inside the caller's
+provider would, in a database of its own when ``PROVIDER_DATABASE_URL``
+names one (:mod:`provider.routers`). Like a remote call, it refuses to run inside the caller's
 database transaction: holding a transaction open across a network call
 would hold its locks for as long as the provider takes, and a rollback
 would not undo the charge. ``PAYMENT_PROVIDER_LATENCY`` (seconds) delays
@@ -31,6 +32,7 @@ from django.db import IntegrityError, transaction
 from api.ids import new_id
 from provider.gateway import ProviderResult, ProviderUnavailable
 from provider.models import Attempt, LedgerEntry
+from provider.routers import provider_database
 
 OK = "pm_card_ok"
 DECLINED = "pm_card_declined"
@@ -105,6 +107,7 @@ class SimulatedProvider:
 
     @staticmethod
     def _call() -> None:
+        # The caller's transaction is one on the service's database.
         if transaction.get_connection().in_atomic_block:
             raise RuntimeError("Call the payment provider outside any database transaction.")
         time.sleep(settings.PAYMENT_PROVIDER_LATENCY)
@@ -113,7 +116,7 @@ class SimulatedProvider:
     def _count_attempt(cls, provider_key: str) -> int:
         """Count a charge or refund call under ``provider_key``; the count, this one included."""
         cls._call()
-        with transaction.atomic():
+        with transaction.atomic(using=provider_database()):
             attempt, _ = Attempt.objects.select_for_update().get_or_create(
                 provider_key=provider_key
             )
@@ -125,7 +128,7 @@ class SimulatedProvider:
     def _record_once(*, provider_key: str, **fields: object) -> LedgerEntry:
         failure_code = str(fields.pop("failure_code"))
         try:
-            with transaction.atomic():
+            with transaction.atomic(using=provider_database()):
                 return LedgerEntry.objects.create(
                     charge_id=new_id("ch" if fields["kind"] == "charge" else "re"),
                     provider_key=provider_key,

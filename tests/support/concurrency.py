@@ -44,12 +44,24 @@ def run_concurrently(n: int, fn: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll a condition the database exposes no event for."""
-    deadline = time.monotonic() + timeout
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.01,
+    what: str = "condition",
+) -> float:
+    """Poll a condition that offers no event to wait on; the seconds it took to hold.
+
+    The database exposes no event for most of them; servers such as Patroni
+    and etcd answer only HTTP requests, which are polled less often
+    (``interval``).
+    """
+    started = time.monotonic()
     while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
+        assert time.monotonic() - started < timeout, f"{what}: not reached within {timeout} s"
+        time.sleep(interval)
+    return time.monotonic() - started
 
 
 def backend_waiting_on_a_lock() -> bool:

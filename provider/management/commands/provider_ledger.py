@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from provider.models import LedgerEntry
+from provider.routers import provider_database
 
 
 class Command(BaseCommand):
@@ -18,7 +19,7 @@ class Command(BaseCommand):
         # declares it WITH HOLD, to be read by later transactions that a
         # transaction-pooling PgBouncer may hand to another server session,
         # where it does not exist. One transaction is also one snapshot.
-        with transaction.atomic():
+        with transaction.atomic(using=provider_database()):
             self._print_entries()
 
     def _print_entries(self) -> None:
