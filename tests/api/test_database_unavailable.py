@@ -29,6 +29,7 @@ from accounts.models import ApiToken
 from api.errors import DATABASE_RETRY_AFTER_SECONDS
 from idempotency.models import IdempotencyKey
 from orders.models import Order, Product
+from tests.support.faults import FaultProxy, Mode
 from tests.support.http import Api, ClientResponse, problem
 
 # What a body must never show of the failure behind it.
@@ -82,6 +83,38 @@ def unreachable_database() -> Iterator[None]:
         finally:
             default.settings_dict.update(saved)
             default.close()
+
+
+@contextmanager
+def database_hosts(*upstreams: tuple[str, int], connect_timeout: int) -> Iterator[None]:
+    """Requests in this block connect through this list of hosts, as a multi-host URL names them.
+
+    libpq tries them in order, each for at most ``connect_timeout`` seconds
+    (its least is 2), and keeps the first that takes writes
+    (``target_session_attrs=read-write``, as docs/DEPLOYING.md's URL says).
+    """
+    default = connections["default"]
+    saved = {name: default.settings_dict[name] for name in ("HOST", "PORT", "OPTIONS")}
+    default.close()
+    default.settings_dict.update(
+        HOST=",".join(host for host, _ in upstreams),
+        PORT=",".join(str(port) for _, port in upstreams),
+        OPTIONS={
+            **saved["OPTIONS"],
+            "connect_timeout": connect_timeout,
+            "target_session_attrs": "read-write",
+        },
+    )
+    try:
+        yield
+    finally:
+        default.settings_dict.update(saved)
+        default.close()
+
+
+def the_database() -> tuple[str, int]:
+    settings_dict = connections["default"].settings_dict
+    return settings_dict["HOST"], int(settings_dict["PORT"])
 
 
 @contextmanager
@@ -215,6 +248,51 @@ def test_a_database_failure_in_a_middleware_is_503_too(
     assert_service_unavailable(response)
     # Logged once, as a warning: Django does not log it again as an error.
     assert [r.levelname for r in caplog.records if r.levelno >= logging.WARNING] == ["WARNING"]
+
+
+# --- A host that answers nothing: connect_timeout --------------------------
+
+# The least connect_timeout libpq applies, so that these tests wait least.
+CONNECT_TIMEOUT_S = 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_host_that_answers_nothing_is_passed_over_after_the_connect_timeout(
+    api: Api, order_body: dict[str, Any]
+) -> None:
+    # A host whose machine is gone or cut off: the connection is accepted
+    # (as by a route that still answers) and then nothing comes back.
+    with (
+        FaultProxy(the_database(), mode=Mode.STALL) as silent,
+        database_hosts(silent.address, the_database(), connect_timeout=CONNECT_TIMEOUT_S),
+    ):
+        started = time.monotonic()
+        placed = api.post("/v1/orders", order_body, key="K")
+        took = time.monotonic() - started
+
+    assert placed.status_code == 201
+    assert CONNECT_TIMEOUT_S <= took < CONNECT_TIMEOUT_S + 1.5
+    assert Order.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hosts_that_all_answer_nothing_are_503_after_a_connect_timeout_each(
+    api: Api, order_body: dict[str, Any]
+) -> None:
+    with (
+        FaultProxy(the_database(), mode=Mode.STALL) as one,
+        FaultProxy(the_database(), mode=Mode.STALL) as other,
+        database_hosts(one.address, other.address, connect_timeout=CONNECT_TIMEOUT_S),
+    ):
+        started = time.monotonic()
+        failed = api.post("/v1/orders", order_body, key="K")
+        took = time.monotonic() - started
+
+    assert_service_unavailable(failed)
+    assert 2 * CONNECT_TIMEOUT_S <= took < 2 * CONNECT_TIMEOUT_S + 1.5
+    assert not IdempotencyKey.objects.exists()
+    assert api.post("/v1/orders", order_body, key="K").status_code == 201
+    assert Order.objects.count() == 1
 
 
 # --- Lost mid-request: the backend is terminated --------------------------
