@@ -284,8 +284,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-idempotency-keys": {
         "task": "idempotency.tasks.purge_expired_keys",
-        # Hourly keeps the table within an hour of its retention.
-        "schedule": 3600.0,
+        # IDEMPOTENCY_PURGE_INTERVAL (seconds): hourly keeps the table within
+        # an hour of its retention.
+        "schedule": env.float("IDEMPOTENCY_PURGE_INTERVAL", default=3600.0),
     },
 }
 

@@ -66,6 +66,16 @@ class Figures:
         return found
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a command: when it was sent and answered (monotonic), and its status."""
+
+    sent: float
+    answered: float
+    # None when no answer came (refused, reset, timed out).
+    status: int | None
+
+
 @dataclass
 class RetryingClient:
     """A client that retries a command with the same key until it gets a final answer.
@@ -80,6 +90,8 @@ class RetryingClient:
     token: str
     figures: Figures
     deadline_s: float = 90.0
+    # Every attempt, in the order they ended (threads may share the client).
+    attempts: list[Attempt] = field(default_factory=list)
 
     def command(self, method: str, path: str, body: Any, *, key: str) -> requests.Response:
         """The final answer to one intended command."""
@@ -88,6 +100,7 @@ class RetryingClient:
             if attempt:
                 self.figures.retries += 1
             self.figures.sent += 1
+            sent = time.monotonic()
             try:
                 response = requests.request(
                     method,
@@ -97,10 +110,12 @@ class RetryingClient:
                     timeout=15,
                 )
             except requests.RequestException as exc:
+                self.attempts.append(Attempt(sent, time.monotonic(), None))
                 if not _never_connected(exc):
                     self.figures.unanswered += 1
                 pause = min(0.05 * 2**attempt, _MAX_PAUSE_S)
             else:
+                self.attempts.append(Attempt(sent, time.monotonic(), response.status_code))
                 if response.status_code >= 500:
                     self.figures.server_errors += 1
                 if not _worth_retrying(response):

@@ -327,7 +327,7 @@ def _program(name: str) -> str:
 
 
 @cache
-def _postgres_bindir() -> Path:
+def postgres_bindir() -> Path:
     """The directory of initdb and pg_ctl (which Debian keeps off PATH)."""
     bindir = subprocess.run([_program("pg_config"), "--bindir"], capture_output=True, check=True)
     return Path(bindir.stdout.decode().strip())
@@ -380,7 +380,7 @@ class PostgresCluster(_Closes):
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _run(self, program: str, *args: str, check: bool = True) -> None:
-        argv = [str(_postgres_bindir() / program), *args]
+        argv = [str(postgres_bindir() / program), *args]
         if os.geteuid() == 0:
             # PostgreSQL refuses to run as root.
             argv = [_program("runuser"), "-u", "postgres", "--", *argv]

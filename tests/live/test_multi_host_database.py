@@ -1,0 +1,155 @@
+"""A multi-host ``DATABASE_URL``: every process works against whichever host is the primary.
+
+``DATABASE_URL`` names both nodes of a Patroni cluster, the standby first,
+with ``target_session_attrs=read-write`` (contract §1): libpq tries the
+standby, finds it read-only, and goes on to the primary. The administration
+commands, gunicorn, the Celery worker and beat all run on that URL and
+nothing else. Then the cluster switches over, and the same processes,
+never restarted, carry on against the new primary: each new connection
+goes through the list again. (tests/faults/test_failover.py does the same
+under load, with the primary killed.)
+"""
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+
+from tests.support.concurrency import wait_until
+from tests.support.faults import RedisServer
+from tests.support.http import ORDER
+from tests.support.live import (
+    BIN,
+    ROOT,
+    LiveService,
+    base_env,
+    manage,
+    post_command,
+    serve,
+    stop,
+)
+from tests.support.patroni import PatroniCluster
+
+# Keys expire after a second and beat sends the purge every second, so that
+# the purge is seen to run through beat and the worker within the test.
+FAST_PURGE = {"IDEMPOTENCY_KEY_TTL": "1", "IDEMPOTENCY_PURGE_INTERVAL": "1"}
+
+
+@pytest.fixture
+def cluster() -> Iterator[PatroniCluster]:
+    with PatroniCluster() as cluster:
+        cluster.create_database("orders")
+        yield cluster
+
+
+def test_every_process_works_on_the_primary_and_follows_a_switchover(
+    cluster: PatroniCluster, tmp_path: Path
+) -> None:
+    primary, standby = cluster.leader(), cluster.standby()
+    url = cluster.url("orders", first=standby)
+    with RedisServer() as broker:
+        env = base_env(
+            DATABASE_URL=url, CELERY_BROKER_URL=broker.url(), VAR_DIR=str(tmp_path), **FAST_PURGE
+        )
+        manage("migrate", "--verbosity=0", env=env)
+        manage("seed_demo", env=env)
+        token = manage("create_api_client", "multi", "host", env=env).splitlines()[-1]
+        with serve(env, celery=True) as service, beat(env, tmp_path) as scheduler:
+            first = pay_an_order(service, token, key="before")
+            wait_until(lambda: keys(url) == 0, 30, interval=0.05, what="the purge through beat")
+
+            cluster.switchover(to=standby)
+            second = pay_an_order(service, token, key="after")
+            wait_until(
+                lambda: keys(url) == 0, 30, interval=0.05, what="the purge after the switchover"
+            )
+            assert scheduler.poll() is None
+
+        ledger = [json.loads(line) for line in manage("provider_ledger", env=env).splitlines()]
+        purged = manage("purge_idempotency_keys", env=env)
+        operations = manage("operations", env=env)
+
+    assert cluster.leader() is standby
+    assert served_by(url) == standby.port != primary.port
+    assert {first, second} == {entry["paymentId"] for entry in ledger}
+    assert "0" in purged
+    assert "payment.charge" in operations
+
+
+def pay_an_order(service: LiveService, token: str, *, key: str) -> str:
+    """Place and pay an order under keys of their own; the payment's id, once it succeeded."""
+    placed = post_with_retries(service.url("/v1/orders"), ORDER, token=token, key=f"{key}-order")
+    order = placed.json()["order"]
+    body = {
+        "orderId": order["id"],
+        "amount": order["totalAmount"],
+        "currency": order["currency"],
+        "paymentMethod": "pm_card_ok",
+    }
+    accepted = post_with_retries(service.url("/v1/payments"), body, token=token, key=f"{key}-pay")
+    operation = service.url(accepted.headers["Location"])
+    headers = {"Authorization": f"Bearer {token}"}
+    wait_until(
+        lambda: requests.get(operation, headers=headers, timeout=5).json()["status"] == "succeeded",
+        30,
+        interval=0.05,
+        what="the payment succeeding",
+    )
+    return str(accepted.json()["paymentId"])
+
+
+def post_with_retries(url: str, body: Any, *, token: str, key: str) -> requests.Response:
+    """A command under one key, retried while the service answers 503 (a switchover)."""
+    deadline = time.monotonic() + 30
+    while (answer := post_command(url, body, token=token, key=key)).status_code == 503:
+        assert time.monotonic() < deadline, "still 503"
+        time.sleep(float(answer.headers["Retry-After"]) / 4)  # a client's pause
+    assert answer.status_code in (201, 202), answer.text
+    return answer
+
+
+class beat:  # noqa: N801 (a context manager read as a function)
+    """``celery -A config beat`` with ``env``, until the block ends."""
+
+    def __init__(self, env: dict[str, str], directory: Path) -> None:
+        self.command = [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "beat",
+            "--loglevel=INFO",
+            f"--schedule={directory / 'beat-schedule'}",
+        ]
+        self.env = env
+        self.log = directory / "beat.log"
+
+    def __enter__(self) -> "subprocess.Popen[bytes]":
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(
+                self.command, cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT
+            )
+        return self.process
+
+    def __exit__(self, *exc_info: object) -> None:
+        stop([self.process])
+
+
+def keys(url: str) -> int:
+    """How many idempotency keys the primary holds."""
+    with psycopg.connect(url, autocommit=True) as db:
+        row = db.execute("SELECT count(*) FROM idempotency_idempotencykey").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def served_by(url: str) -> int:
+    """The port of the server a new connection to ``url`` reaches."""
+    with psycopg.connect(url, autocommit=True) as db:
+        row = db.execute("SELECT inet_server_port()").fetchone()
+    assert row is not None
+    return int(row[0])

@@ -1,0 +1,358 @@
+"""A replicated PostgreSQL under Patroni and etcd, as a deployment runs it: the real programs.
+
+``PatroniCluster()`` starts an etcd and two Patroni nodes on this machine
+(Debian's ``patroni`` and ``etcd-server``), each with its own ports and
+data directory in a temporary directory, as the ``postgres`` user when the
+tests run as root (PostgreSQL refuses root). Every node runs
+``deploy/patroni/patroni.yml``, the configuration a deployment uses, with
+its own settings in its environment, as that file says. The first node
+bootstraps the cluster and leads; the second copies it and streams from
+it, as its synchronous standby unless ``synchronous=False``.
+
+The service reaches whichever node is the primary through the multi-host
+URL (:meth:`PatroniCluster.url`), as docs/DEPLOYING.md tells a deployment
+to. A node can be killed as its machine would die (:meth:`PatroniNode.kill`),
+stopped and started again; the cluster switched over through Patroni's
+REST API, and its synchronous mode changed there, as ``patronictl`` does.
+"""
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import quote
+
+import psycopg
+import requests
+from psycopg import sql
+
+from tests.support.concurrency import wait_until
+from tests.support.faults import postgres_bindir
+from tests.support.live import ROOT, free_port
+
+HOST = "127.0.0.1"
+CONFIG = ROOT / "deploy" / "patroni" / "patroni.yml"
+# Servers that refuse to run as root run as this user, who owns PostgreSQL on Debian.
+_RUN_AS = "postgres"
+# A cluster's first leader is elected, and its standby copied, within this.
+_START_WITHIN_S = 90.0
+# Patroni and etcd announce nothing a test could wait on but their HTTP
+# answers: these are polled this often.
+_POLL_S = 0.05
+
+
+def _as_server_user() -> dict[str, Any]:
+    """``subprocess.Popen``'s arguments that run a server as ``postgres`` when we are root."""
+    return {"user": _RUN_AS, "group": _RUN_AS, "extra_groups": []} if os.geteuid() == 0 else {}
+
+
+def _program(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise FileNotFoundError(f"{name} is not on PATH (Debian's patroni and etcd-server)")
+    return path
+
+
+def _answers(url: str, *, status: int = 200) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == status
+    except requests.RequestException:
+        return False
+
+
+class Etcd:
+    """One etcd member on loopback ports, its data in ``directory``: the cluster's DCS."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port, peer_port = free_port(), free_port()
+        self.log = directory / "etcd.log"
+        peer = f"http://{HOST}:{peer_port}"
+        client = f"http://{HOST}:{self.port}"
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(
+                [
+                    _program("etcd"),
+                    *("--name", "etcd0", "--data-dir", str(directory / "etcd")),
+                    *("--listen-client-urls", client, "--advertise-client-urls", client),
+                    *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer),
+                    *("--initial-cluster", f"etcd0={peer}"),
+                ],
+                cwd=directory,
+                env={"PATH": "/usr/bin:/bin", "HOME": str(directory)},
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                **_as_server_user(),
+            )
+        wait_until(self._healthy, 30, interval=_POLL_S, what=f"etcd (see {self.log})")
+
+    @property
+    def hosts(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def _healthy(self) -> bool:
+        assert self.process.poll() is None, f"etcd exited; see {self.log}"
+        try:
+            answer = requests.get(f"http://{self.hosts}/health", timeout=2)
+        except requests.RequestException:
+            return False
+        return answer.status_code == 200 and answer.json().get("health") == "true"
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@dataclass(eq=False)
+class PatroniNode:
+    """One node: a Patroni process and the PostgreSQL server it manages."""
+
+    name: str
+    directory: Path
+    environment: dict[str, str]
+    port: int = field(default_factory=free_port)
+    rest_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / self.name
+
+    @property
+    def log(self) -> Path:
+        return self.directory / f"{self.name}.log"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{HOST}:{self.rest_port}"
+
+    def start(self) -> None:
+        """Start Patroni, which starts (or first creates) its PostgreSQL."""
+        address = {
+            "PATRONI_NAME": self.name,
+            "PATRONI_RESTAPI_LISTEN": f"{HOST}:{self.rest_port}",
+            "PATRONI_RESTAPI_CONNECT_ADDRESS": f"{HOST}:{self.rest_port}",
+            "PATRONI_POSTGRESQL_LISTEN": f"{HOST}:{self.port}",
+            "PATRONI_POSTGRESQL_CONNECT_ADDRESS": f"{HOST}:{self.port}",
+            "PATRONI_POSTGRESQL_DATA_DIR": str(self.data_dir),
+            "PATRONI_POSTGRESQL_PGPASS": str(self.directory / f"{self.name}.pgpass"),
+            "PATRONI_POSTGRESQL_BIN_DIR": str(postgres_bindir()),
+        }
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(
+                [_program("patroni"), str(CONFIG)],
+                cwd=self.directory,
+                env={**self.environment, **address},
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                **_as_server_user(),
+            )
+
+    def status(self) -> dict[str, Any]:
+        """Patroni's view of this node (``GET /patroni``); empty if it does not answer."""
+        try:
+            answer: dict[str, Any] = requests.get(f"{self.rest_url}/patroni", timeout=2).json()
+        except (requests.RequestException, ValueError):
+            return {}
+        return answer
+
+    def is_primary(self) -> bool:
+        """Whether Patroni says this node is the primary (``GET /primary``, HAProxy's check)."""
+        return _answers(f"{self.rest_url}/primary")
+
+    def is_synchronous_standby(self) -> bool:
+        return _answers(f"{self.rest_url}/sync")
+
+    def is_replica(self) -> bool:
+        return _answers(f"{self.rest_url}/replica")
+
+    def postmaster_pid(self) -> int:
+        return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+
+    def kill(self) -> None:
+        """SIGKILL to Patroni, the postmaster and every backend at once: the machine died.
+
+        Killed alone, a postmaster is started again in place by its Patroni,
+        which still holds the leader key: a restart, not a failover. Its
+        backends, killed too, answer no client after it (a backend whose
+        postmaster died would finish the statement it is running).
+        """
+        assert self.process is not None
+        postmaster = self.postmaster_pid()
+        children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+        for pid in [self.process.pid, postmaster, *map(int, children)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait()
+        self.process = None
+
+    def stop(self) -> None:
+        """Stop Patroni cleanly: it shuts its PostgreSQL down first (and gives up the lead)."""
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def close(self) -> None:
+        """Kill whatever is left of the node."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+        pidfile = self.data_dir / "postmaster.pid"
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(self.postmaster_pid(), signal.SIGKILL)
+
+
+class PatroniCluster:
+    """etcd and two Patroni nodes, started on creation: a leader and its standby.
+
+    ``synchronous`` is the cluster's ``synchronous_mode`` from the start
+    (``deploy/patroni/patroni.yml`` sets it; ``False`` overrides it at
+    bootstrap). ``close()`` kills everything and removes the directory.
+    """
+
+    def __init__(self, *, synchronous: bool = True, nodes: int = 2) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="patroni-"))
+        self.password = secrets.token_hex(16)
+        self.nodes: list[PatroniNode] = []
+        self.etcd: Etcd | None = None
+        try:
+            if os.geteuid() == 0:
+                shutil.chown(self.directory, _RUN_AS)
+            self.directory.chmod(0o700)
+            self.etcd = Etcd(self.directory)
+            environment = {
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(self.directory),
+                "LANG": "C.UTF-8",
+                "PATRONI_SCOPE": f"order-service-{self.directory.name}",
+                "PATRONI_ETCD3_HOSTS": self.etcd.hosts,
+                "PATRONI_SUPERUSER_PASSWORD": self.password,
+                "PATRONI_REPLICATION_PASSWORD": self.password,
+                "PATRONI_RESTAPI_PASSWORD": self.password,
+            }
+            self.nodes = [PatroniNode(f"pg{i}", self.directory, environment) for i in range(nodes)]
+            self.nodes[0].start()
+            wait_until(
+                self.nodes[0].is_primary, _START_WITHIN_S, interval=_POLL_S, what="the first leader"
+            )
+            for node in self.nodes[1:]:
+                node.start()
+            if not synchronous:
+                self.set_synchronous(False)
+            self.wait_until_replicated(synchronous=synchronous)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def url(self, dbname: str = "postgres", *, first: PatroniNode | None = None) -> str:
+        """The multi-host URL of ``dbname``: every node, the primary chosen by libpq.
+
+        libpq tries the hosts in their order (``first``, if given, leads) and
+        keeps the first that takes writes.
+        """
+        nodes = sorted(self.nodes, key=lambda node: node is not first)
+        hosts = ",".join(f"{HOST}:{node.port}" for node in nodes)
+        password = quote(self.password)
+        return f"postgres://postgres:{password}@{hosts}/{dbname}?target_session_attrs=read-write"
+
+    def node_url(self, node: PatroniNode, dbname: str = "postgres") -> str:
+        """The URL of ``dbname`` on ``node`` alone, whatever its role."""
+        return f"postgres://postgres:{quote(self.password)}@{HOST}:{node.port}/{dbname}"
+
+    def create_database(self, name: str) -> None:
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    def leader(self) -> PatroniNode:
+        """The node Patroni says is the primary now."""
+        leaders = [node for node in self.nodes if node.process is not None and node.is_primary()]
+        assert len(leaders) == 1, f"{len(leaders)} primaries"
+        return leaders[0]
+
+    def standby(self) -> PatroniNode:
+        """The one running node that is not the primary."""
+        leader = self.leader()
+        (standby,) = [n for n in self.nodes if n is not leader and n.process is not None]
+        return standby
+
+    def wait_for_leader(self, *, other_than: PatroniNode, within_s: float = 60) -> PatroniNode:
+        """Until a node other than ``other_than`` is the primary; that node."""
+        others = [node for node in self.nodes if node is not other_than]
+        wait_until(
+            lambda: any(node.is_primary() for node in others),
+            within_s,
+            interval=_POLL_S,
+            what="a new primary",
+        )
+        return next(node for node in others if node.is_primary())
+
+    def wait_until_replicated(
+        self, *, synchronous: bool, within_s: float = _START_WITHIN_S
+    ) -> None:
+        """Until one node leads and every other running one streams from it.
+
+        With ``synchronous``, one of them is also its synchronous standby.
+        """
+
+        def streaming() -> bool:
+            running = [node for node in self.nodes if node.process is not None]
+            standbys = [node for node in running if not node.is_primary()]
+            if len(standbys) != len(running) - 1 or not all(n.is_replica() for n in standbys):
+                return False
+            return not synchronous or any(node.is_synchronous_standby() for node in standbys)
+
+        wait_until(streaming, within_s, interval=_POLL_S, what="the standby streaming")
+
+    def _rest(self, method: str, path: str, body: dict[str, Any]) -> requests.Response:
+        """An authenticated call to the leader's REST API (what ``patronictl`` sends)."""
+        return requests.request(
+            method,
+            f"{self.leader().rest_url}{path}",
+            data=json.dumps(body),
+            auth=("patroni", self.password),
+            timeout=60,
+        )
+
+    def switchover(self, *, to: PatroniNode) -> None:
+        """A planned switchover to ``to``; returns once Patroni has done it."""
+        leader = self.leader()
+        answer = self._rest("POST", "/switchover", {"leader": leader.name, "candidate": to.name})
+        assert answer.status_code == 200, answer.text
+
+    def set_synchronous(self, synchronous: bool, *, strict: bool = False) -> None:
+        """``synchronous_mode`` (and ``_strict``) for the cluster, as ``patronictl edit-config``."""
+        answer = self._rest(
+            "PATCH",
+            "/config",
+            {"synchronous_mode": synchronous, "synchronous_mode_strict": strict},
+        )
+        assert answer.status_code == 200, answer.text
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+        if self.etcd is not None:
+            self.etcd.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
