@@ -58,11 +58,15 @@ class ReplicatedService:
 
 @contextmanager
 def replicated_service(
-    var_dir: Path, *, synchronous: bool = True, **env: str
+    var_dir: Path, *, synchronous: bool = True, link_delay_s: float = 0.0
 ) -> Iterator[ReplicatedService]:
-    """A Patroni cluster, the service's database on it, gunicorn and a worker started."""
+    """A Patroni cluster, the service's database on it, gunicorn and a worker started.
+
+    ``link_delay_s`` holds the WAL a standby reads that long on its way
+    (tests.support.patroni.PatroniNode).
+    """
     with (
-        PatroniCluster(synchronous=synchronous) as cluster,
+        PatroniCluster(synchronous=synchronous, link_delay_s=link_delay_s) as cluster,
         PostgresCluster() as provider,
         RedisServer() as broker,
     ):
@@ -73,7 +77,6 @@ def replicated_service(
             PROVIDER_DATABASE_URL=provider.url("provider"),
             CELERY_BROKER_URL=broker.url(),
             SECRET_KEY=secrets.token_urlsafe(50),
-            **env,
         )
         # As a deployment does it, through the multi-host URL.
         manage("migrate", "--verbosity=0", env=service_env)
@@ -306,7 +309,7 @@ class Recovery:
     since: float
     # The first attempt sent after the fault that failed: a 5xx, or no answer.
     first_failure_s: float | None = None
-    # The first attempt that succeeded after that failure: the service back.
+    # The first success after the last failure: the service back for good.
     first_success_s: float | None = None
     # The moment no operation was processing any more.
     all_ended_s: float | None = None
@@ -320,14 +323,18 @@ class Recovery:
 
     def read(self, client: RetryingClient) -> None:
         """Take the failures, the first success and the longest wait from the client's attempts."""
-        after = sorted((a for a in client.attempts if a.sent >= self.since), key=lambda a: a.sent)
+        after = [a for a in client.attempts if a.sent >= self.since]
         failed = [a for a in after if a.status is None or a.status >= 500]
         if failed:
-            self.first_failure_s = failed[0].sent - self.since
+            self.first_failure_s = min(a.sent for a in failed) - self.since
+            # Back for good: the first success of an attempt sent after the
+            # last failure. (A command can still succeed in the instant after
+            # a kill, on a backend not yet dead whose commit the standby has.)
+            last_failure = max(a.sent for a in failed)
             back = [
                 a.answered
                 for a in after
-                if a.sent >= failed[0].sent and a.status is not None and a.status < 300
+                if a.sent >= last_failure and a.status is not None and a.status < 300
             ]
             self.first_success_s = min(back) - self.since if back else None
         self.longest_answer_s = max((a.answered - a.sent for a in after), default=0.0)
@@ -361,7 +368,8 @@ class FailoverFigures:
         return (
             f"{self.scenario}: acknowledged {found.acknowledged}, lost {found.lost},"
             f" duplicates {found.duplicates}, double charges {found.double_charges},"
-            f" stuck {found.stuck}; retries {self.figures.retries},"
+            f" orphan charges {found.orphan_charges}, stuck {found.stuck};"
+            f" retries {self.figures.retries},"
             f" 503 {self.recovery.unavailable},"
             f" longest answer {seconds(self.recovery.longest_answer_s)};"
             f" failing from {seconds(self.recovery.first_failure_s)}"

@@ -18,10 +18,13 @@ again under the same provider key, which the provider answers with the
 first charge.
 """
 
+import os
+import signal
 import time
 from pathlib import Path
 
 import psycopg
+import pytest
 from django.conf import settings
 
 from tests.faults.failover import (
@@ -87,8 +90,16 @@ def assert_fails_fast(recovery: Recovery) -> None:
     assert recovery.longest_answer_s < 2 * connect_timeout + settings.IDEMPOTENCY_WAIT
 
 
-def test_the_primary_killed_under_load(tmp_path: Path) -> None:
-    figures = Figures("primary killed")
+@pytest.mark.parametrize("killed", ["machine", "postmaster"])
+def test_the_primary_killed_under_load(tmp_path: Path, killed: str) -> None:
+    """The primary's machine dies (a failover), or its postmaster alone (a restart in place).
+
+    With the machine (Patroni, the postmaster, every backend) gone, the
+    leader key lapses and Patroni promotes the standby. With the postmaster
+    alone SIGKILLed, its Patroni, still holding the key, starts PostgreSQL
+    again on the same node once its orphaned backends have gone.
+    """
+    figures = Figures(f"primary's {killed} killed")
     with replicated_service(tmp_path) as service:
         load = Load(service, figures)
         load.start()
@@ -100,18 +111,21 @@ def test_the_primary_killed_under_load(tmp_path: Path) -> None:
         primary, standby = service.cluster.leader(), service.cluster.standby()
 
         killed_at = time.monotonic()
-        primary.kill()
+        if killed == "machine":
+            primary.kill()
+        else:
+            os.kill(primary.postmaster_pid(), signal.SIGKILL)
         recovery = run_through(service, load, killed_at, within_s=FAILOVER_GOAL_S)
         gone = load.settle()
         found = FailoverFigures(
-            "PostgreSQL primary killed (synchronous standby)",
+            f"PostgreSQL primary's {killed} killed (synchronous standby)",
             figures,
             recovery,
             goal_s=FAILOVER_GOAL_S,
         ).report(audit(service, load.acknowledged))
-        promoted = service.cluster.leader()
+        leader = service.cluster.leader()
 
-    assert promoted is standby
+    assert leader is (standby if killed == "machine" else primary)
     assert_exactly_once(found, load, gone)
     assert recovery.unavailable > 0
     assert_fails_fast(recovery)
