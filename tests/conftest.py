@@ -71,6 +71,7 @@ STARTERS: dict[str, tuple[str, ...]] = {
     "tests.support.patroni.Etcd": ("live",),
     "tests.support.patroni.PatroniNode": ("live",),
     "tests.support.patroni.PatroniCluster": ("live",),
+    "tests.support.patroni.primary_proxy": ("proxy",),
     "tests.support.edge.nginx": ("proxy",),
     "tests.support.pooler.pgbouncer": ("proxy",),
     "tests.support.balancer.balance": ("proxy",),

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 import requests
 
+from tests.observability.test_alert_rules import patroni_metric_names_in_rules, promtool
 from tests.support.concurrency import wait_until
 from tests.support.faults import RedisServer
 from tests.support.http import ORDER
@@ -34,15 +35,16 @@ from tests.support.live import (
     serve,
     stop,
 )
-from tests.support.patroni import PatroniCluster
+from tests.support.patroni import PatroniCluster, primary_proxy
 
 # Keys expire after a second and beat sends the purge every second, so that
 # the purge is seen to run through beat and the worker within the test.
 FAST_PURGE = {"IDEMPOTENCY_KEY_TTL": "1", "IDEMPOTENCY_PURGE_INTERVAL": "1"}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster() -> Iterator[PatroniCluster]:
+    """One cluster for the module: each test starts from whichever node leads."""
     with PatroniCluster() as cluster:
         cluster.create_database("orders")
         yield cluster
@@ -153,3 +155,44 @@ def served_by(url: str) -> int:
         row = db.execute("SELECT inet_server_port()").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_haproxy_leads_to_the_primary_through_a_switchover(cluster: PatroniCluster) -> None:
+    primary, standby = cluster.leader(), cluster.standby()
+    with primary_proxy(cluster) as url:
+        # HAProxy checks every node's GET /primary each second.
+        wait_until(lambda: served_by_or_none(url) == primary.port, 10, interval=0.05)
+
+        asked_at = time.monotonic()
+        cluster.switchover(to=standby)
+        switched_s = time.monotonic() - asked_at
+        rerouted_s = wait_until(
+            lambda: served_by_or_none(url) == standby.port,
+            10,
+            interval=0.05,
+            what="HAProxy sending new connections to the new primary",
+        )
+
+    assert cluster.leader() is standby
+    # Two failed checks a second apart take the old primary out.
+    assert rerouted_s < 3, (switched_s, rerouted_s)
+
+
+def served_by_or_none(url: str) -> int | None:
+    """``served_by``, or None while no server takes the connection."""
+    try:
+        return served_by(url)
+    except psycopg.OperationalError:
+        return None
+
+
+def test_patronis_scrape_has_every_patroni_metric_the_rules_read(cluster: PatroniCluster) -> None:
+    names: set[str] = set()
+    for node in cluster.nodes:
+        scrape = requests.get(f"{node.rest_url}/metrics", timeout=5).text
+        promtool("check", "metrics", stdin=scrape)
+        names |= {
+            line.split("{")[0].split()[0] for line in scrape.splitlines() if line[:1].isalpha()
+        }
+
+    assert patroni_metric_names_in_rules() - names == set()

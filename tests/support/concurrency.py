@@ -4,15 +4,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from operations.models import Operation
+if TYPE_CHECKING:
+    # Not imported at run time: the scripts of tests/bench use this module's
+    # waits without setting Django up.
+    from operations.models import Operation
 
 # The ``finished_operation`` fixture: waits for an operation (by id) to
 # leave ``processing`` and returns it.
-FinishedOperation = Callable[[str], Operation]
+FinishedOperation = Callable[[str], "Operation"]
 
 
 def run_concurrently(n: int, fn: Callable[[int], Any]) -> list[Any]:

@@ -8,6 +8,7 @@ the test's own, which it may stop and start without touching the suite's.
 import enum
 import math
 import os
+import queue
 import random
 import shutil
 import socket
@@ -265,7 +266,7 @@ class FaultProxy(_Closes):
                 if src is link.upstream and link.doomed and self._mode is Mode.DROP_ANSWERS:
                     self._end(link, reset=True, dropped=True)
                     return
-                _send_all(link, dst, data)
+                _send_all(dst, data, given_up=lambda: link.closed)
         except OSError:
             # One side reset or went away: the other is reset too, as by a real cut.
             self._end(link, reset=True)
@@ -287,6 +288,90 @@ class FaultProxy(_Closes):
                 sock.close()
 
 
+class DelayedLink(_Closes):
+    """A TCP proxy on 127.0.0.1 that holds every byte ``delay_s`` before passing it on, both ways.
+
+    It stands for a slow link, or a sender that runs behind: what a server
+    wrote reaches its peer ``delay_s`` later. The bytes it holds belong to
+    the machine of the server it fronts: ``close()`` resets every
+    connection and drops them, as that machine's death would. Bytes are
+    pipelined, not paced: the delay adds latency, not a bandwidth limit.
+    """
+
+    def __init__(self, upstream: tuple[str, int], *, delay_s: float) -> None:
+        self.upstream, self.delay_s = upstream, delay_s
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener = _port_sharing_socket()
+        self._listener.bind((HOST, 0))
+        self._listener.listen()
+        self._listener.settimeout(_POLL_S)
+        self.port: int = self._listener.getsockname()[1]
+        _start(self._accept)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return HOST, self.port
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _abort(sock)
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                _abort(client)
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                src.settimeout(_POLL_S)
+                src.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                held: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+                _start(self._hold, src, held)
+                _start(self._pass_on, held, dst)
+
+    def _hold(self, src: socket.socket, held: "queue.SimpleQueue[tuple[float, bytes]]") -> None:
+        """Read ``src`` and queue each chunk with the moment it may go on (b"" at its end)."""
+        data = b"-"
+        while data and not self._closed.is_set():
+            try:
+                data = src.recv(_CHUNK)
+            except TimeoutError:
+                continue
+            except OSError:
+                data = b""
+            held.put((time.monotonic() + self.delay_s, data))
+
+    def _pass_on(self, held: "queue.SimpleQueue[tuple[float, bytes]]", dst: socket.socket) -> None:
+        """Send each queued chunk once it is due; pass its end on as a FIN."""
+        while not self._closed.is_set():
+            try:
+                due, data = held.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            # The delay itself, not a wait for an event: the link is slow.
+            time.sleep(max(0.0, due - time.monotonic()))
+            try:
+                if not data:
+                    dst.shutdown(socket.SHUT_WR)
+                    return
+                _send_all(dst, data, given_up=self._closed.is_set)
+            except OSError:
+                return
+
+
 def _port_sharing_socket() -> socket.socket:
     sock = socket.socket()
     # The placeholder and each listener bind the same port, and a listener
@@ -302,11 +387,11 @@ def _start(target: Callable[..., None], *args: object) -> threading.Thread:
     return thread
 
 
-def _send_all(link: _Link, sock: socket.socket, data: bytes) -> None:
-    """``sock.sendall(data)``, given up once ``link`` is closed."""
+def _send_all(sock: socket.socket, data: bytes, *, given_up: Callable[[], bool]) -> None:
+    """``sock.sendall(data)`` on a socket with a timeout, until ``given_up()``."""
     # Not sendall itself: on a timeout it does not tell how much it sent.
     view = memoryview(data)
-    while view and not link.closed:
+    while view and not given_up():
         with suppress(TimeoutError):
             view = view[sock.send(view) :]
 

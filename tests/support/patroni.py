@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -34,11 +35,14 @@ import requests
 from psycopg import sql
 
 from tests.support.concurrency import wait_until
-from tests.support.faults import postgres_bindir
-from tests.support.live import ROOT, free_port
+from tests.support.faults import DelayedLink, postgres_bindir
+from tests.support.live import ROOT, free_port, stop
 
 HOST = "127.0.0.1"
 CONFIG = ROOT / "deploy" / "patroni" / "patroni.yml"
+# HAProxy routing to the primary: the other way to reach it (docs/DEPLOYING.md).
+HAPROXY = Path("/usr/sbin/haproxy")
+HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "patroni.cfg"
 # Servers that refuse to run as root run as this user, who owns PostgreSQL on Debian.
 _RUN_AS = "postgres"
 # A cluster's first leader is elected, and its standby copied, within this.
@@ -119,7 +123,12 @@ class PatroniNode:
     environment: dict[str, str]
     port: int = field(default_factory=free_port)
     rest_port: int = field(default_factory=free_port)
+    # Each byte another node's standby reads from this one is held this
+    # long on its way (tests.support.faults.DelayedLink): a walsender
+    # running behind, or a standby far away. The service connects directly.
+    link_delay_s: float = 0.0
     process: subprocess.Popen[bytes] | None = None
+    link: DelayedLink | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -135,12 +144,17 @@ class PatroniNode:
 
     def start(self) -> None:
         """Start Patroni, which starts (or first creates) its PostgreSQL."""
+        connect_address = (HOST, self.port)
+        if self.link_delay_s:
+            self.link = DelayedLink(connect_address, delay_s=self.link_delay_s)
+            connect_address = self.link.address
         address = {
             "PATRONI_NAME": self.name,
             "PATRONI_RESTAPI_LISTEN": f"{HOST}:{self.rest_port}",
             "PATRONI_RESTAPI_CONNECT_ADDRESS": f"{HOST}:{self.rest_port}",
             "PATRONI_POSTGRESQL_LISTEN": f"{HOST}:{self.port}",
-            "PATRONI_POSTGRESQL_CONNECT_ADDRESS": f"{HOST}:{self.port}",
+            # What the other nodes connect to: to copy it and stream from it.
+            "PATRONI_POSTGRESQL_CONNECT_ADDRESS": "{}:{}".format(*connect_address),
             "PATRONI_POSTGRESQL_DATA_DIR": str(self.data_dir),
             "PATRONI_POSTGRESQL_PGPASS": str(self.directory / f"{self.name}.pgpass"),
             "PATRONI_POSTGRESQL_BIN_DIR": str(postgres_bindir()),
@@ -191,6 +205,8 @@ class PatroniNode:
         for pid in [self.process.pid, postmaster, *map(int, children)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if self.link is not None:
+            self.link.close()  # what it held had not left the machine
         self.process.wait()
         self.process = None
 
@@ -208,6 +224,8 @@ class PatroniNode:
 
     def close(self) -> None:
         """Kill whatever is left of the node."""
+        if self.link is not None:
+            self.link.close()
         if self.process is not None:
             self.process.kill()
             self.process.wait()
@@ -226,7 +244,9 @@ class PatroniCluster:
     bootstrap). ``close()`` kills everything and removes the directory.
     """
 
-    def __init__(self, *, synchronous: bool = True, nodes: int = 2) -> None:
+    def __init__(
+        self, *, synchronous: bool = True, nodes: int = 2, link_delay_s: float = 0.0
+    ) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="patroni-"))
         self.password = secrets.token_hex(16)
         self.nodes: list[PatroniNode] = []
@@ -246,7 +266,10 @@ class PatroniCluster:
                 "PATRONI_REPLICATION_PASSWORD": self.password,
                 "PATRONI_RESTAPI_PASSWORD": self.password,
             }
-            self.nodes = [PatroniNode(f"pg{i}", self.directory, environment) for i in range(nodes)]
+            self.nodes = [
+                PatroniNode(f"pg{i}", self.directory, environment, link_delay_s=link_delay_s)
+                for i in range(nodes)
+            ]
             self.nodes[0].start()
             wait_until(
                 self.nodes[0].is_primary, _START_WITHIN_S, interval=_POLL_S, what="the first leader"
@@ -356,3 +379,31 @@ class PatroniCluster:
         if self.etcd is not None:
             self.etcd.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def primary_proxy(cluster: PatroniCluster, dbname: str = "postgres") -> Iterator[str]:
+    """HAProxy with deploy/haproxy/patroni.cfg in front of ``cluster``; the URL through it.
+
+    The file runs as a deployment runs it: only the environment variables
+    it documents differ, naming the nodes' ports here.
+    """
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "PRIMARY_BIND": f"{HOST}:{port}"}
+    for i, node in enumerate(cluster.nodes):
+        env[f"PG{i}_ADDRESS"] = f"{HOST}:{node.port}"
+        env[f"PG{i}_PATRONI_PORT"] = str(node.rest_port)
+    log = cluster.directory / "haproxy.log"
+    with log.open("ab") as output:
+        # -W -db: master-worker mode in the foreground, as the haproxy image runs it.
+        process = subprocess.Popen(
+            [str(HAPROXY), "-W", "-db", "-f", str(HAPROXY_CONFIG)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield f"postgres://postgres:{quote(cluster.password)}@{HOST}:{port}/{dbname}"
+    finally:
+        stop([process])
