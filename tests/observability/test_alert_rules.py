@@ -24,6 +24,8 @@ RULE_TESTS = PROMETHEUS / "rules.test.yml"
 CONFIG = PROMETHEUS / "prometheus.yml"
 
 SEVERITIES = {"page", "ticket"}
+# Patroni names its own metrics so (its REST API's GET /metrics).
+PATRONI_PREFIX = "patroni_"
 
 
 def promtool(*args: str, stdin: str | None = None) -> None:
@@ -111,13 +113,20 @@ def _after(tokens: list[tuple[str | None, str]], opening: int) -> int:
 
 
 def metric_names_in_rules() -> set[str]:
-    """Every metric the rules read, which a scrape of the service must expose.
+    """Every metric of the service's the rules read, which a scrape of it must expose.
 
-    Not the recording rules' own series, nor ``up``, which Prometheus writes.
+    Not the recording rules' own series, nor ``up``, which Prometheus writes,
+    nor Patroni's (:func:`patroni_metric_names_in_rules`).
     """
     read = set().union(*(metric_names(rule["expr"]) for rule in rules()))
     recorded = {rule["record"] for rule in rules() if "record" in rule}
-    return read - recorded - {"up"}
+    return read - recorded - {"up"} - patroni_metric_names_in_rules()
+
+
+def patroni_metric_names_in_rules() -> set[str]:
+    """The metrics of Patroni's the rules read, which its REST API's /metrics must expose."""
+    read = set().union(*(metric_names(rule["expr"]) for rule in rules()))
+    return {name for name in read if name.startswith(PATRONI_PREFIX)}
 
 
 def test_the_names_read_are_the_metrics_and_recorded_series_in_an_expression() -> None:
@@ -154,6 +163,7 @@ def test_the_rules_read_these_metrics_of_the_service() -> None:
         "provider_calls_total",
         "service_ready",
     }
+    assert patroni_metric_names_in_rules() == {"patroni_primary", "patroni_sync_standby"}
 
 
 # --- promtool ----------------------------------------------------------------
