@@ -25,7 +25,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 # puts them on the tests).
 CHECK_MARKERS := not live and not proxy and not browser and not fault and not promtool and not worker and not transactional and not slow
 
-.PHONY: install install-dev run test check typecheck faults demo lint fmt lock bench soak soak-http fuzz clean FORCE
+.PHONY: install install-dev run test check typecheck faults failover demo lint fmt lock bench bench-replication soak soak-http fuzz clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). A venv
 # that works is never removed here, whatever made it: `make run` may be
@@ -129,6 +129,13 @@ define mypy_all
 	  client/order_service_client
 endef
 
+# Debian's patroni and etcd-server, which the replicated PostgreSQL runs on
+# (tests/support/patroni.py), installed when missing.
+define patroni_installed
+	@command -v patroni >/dev/null && command -v etcd >/dev/null \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q patroni etcd-server; }
+endef
+
 ## test: lint and type-check, then the whole suite on PostgreSQL and Redis.
 test: install-dev
 	$(BIN)/ruff check .
@@ -162,6 +169,15 @@ faults: install-dev
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	  $(BIN)/pytest tests/faults
 
+## failover: the primary of a Patroni cluster killed under load, FAILOVER_RUNS
+## times (5) with a synchronous standby and as many with an asynchronous one,
+## with the WAL on its way to the standby for each of FAILOVER_LINK_DELAYS_MS
+## ("0 50 500"): what was acknowledged and then lost, and the double charges that
+## follow (tests/bench/failover.py).
+failover: install-dev
+	$(patroni_installed)
+	$(PY) -m tests.bench.failover
+
 ## demo: exactly once over a bad network (tests/demo): orders placed and paid
 ## through the Python client and a proxy that drops 30 % of the answers, then
 ## counted from the database. On the embedded default, or on PostgreSQL and
@@ -176,6 +192,14 @@ demo: install-dev
 bench: install-dev
 	@command -v wrk >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk; }
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench
+
+## bench-replication: first executions with a synchronous standby and with an
+## asynchronous one, on a Patroni cluster, and their ratio
+## (tests/bench/replication.py; BENCH_LINK_DELAY_MS puts the standby further away).
+bench-replication: install-dev
+	@command -v wrk >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk; }
+	$(patroni_installed)
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench.replication
 
 ## soak: payments at twice the rate one worker serves them, for a minute, then
 ## none (tests/bench/soak.py): the messages published per payment, the queue's

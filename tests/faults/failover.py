@@ -20,6 +20,7 @@ demonstration (tests/bench/failover.py) share all of this.
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -103,6 +104,9 @@ class Acknowledged:
     operations: dict[str, str] = field(default_factory=dict)
     # orderId → the order's body as the service answered it, to pay it again
     bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Of these, the commands that clients sent again after the fault, having
+    # found what they had been told of gone (Load.settle).
+    resent: int = 0
 
     def count(self) -> int:
         return len(self.orders) + len(self.payments)
@@ -193,24 +197,51 @@ class Load:
             self.refused.append(f"{answer.status_code} {answer.text[:200]}")
 
     def settle(self) -> int:
-        """Follow every accepted payment to its end, as its client would; how many were gone.
+        """Do what each client would do next, and follow every payment to its end.
 
-        An operation the service answers ``404`` for is one it no longer
-        knows: the client, which keeps its key, sends the payment again
-        under it, and follows that one instead.
+        Returns how many acknowledged orders and payments the service no
+        longer knew. A client finds out by reading them: ``404``. One that
+        keeps its keys then sends the command again under the same key,
+        which the service has forgotten with the rest: an order is placed
+        again (and paid again, if it had been paid), a payment is made again.
         """
-        gone = 0
-        pending = list(self.acknowledged.operations.items())
-        while pending:
-            payment_id, operation_id = pending.pop()
+        gone, before = 0, self.acknowledged.count()
+        paid = {order_id: payment for payment, order_id in self.acknowledged.payments.items()}
+        for order_id, key in list(self.acknowledged.orders.items()):
+            if self._known(f"/v1/orders/{order_id}"):
+                continue
+            gone += 1
+            again = self._place(key)
+            if again is not None and order_id in paid:
+                self._pay(again)
+        for payment_id, operation_id in list(self.acknowledged.operations.items()):
             if self._operation_status(operation_id) is not None:
                 continue
             gone += 1
             order_id = self.acknowledged.payments[payment_id]
-            again = self._pay(self.acknowledged.bodies[order_id])
-            if again is not None and again != payment_id:
-                pending.append((again, self.acknowledged.operations[again]))
+            if self._known(f"/v1/orders/{order_id}"):
+                self._pay(self.acknowledged.bodies[order_id])
+        # The payments made again end too.
+        for operation_id in list(self.acknowledged.operations.values()):
+            self._operation_status(operation_id)
+        self.acknowledged.resent = self.acknowledged.count() - before
         return gone
+
+    def _known(self, path: str) -> bool:
+        """Whether the service knows the resource at ``path`` (not ``404``), asked until it says."""
+        headers = {"Authorization": f"Bearer {self.service.token}"}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                answer = requests.get(
+                    self.service.deployment.service.url(path), headers=headers, timeout=15
+                )
+            except requests.RequestException:
+                answer = None
+            if answer is not None and answer.status_code in (200, 404):
+                return answer.status_code == 200
+            time.sleep(0.2)  # a client's pause before it asks again
+        raise AssertionError(f"{path}: no answer")
 
     def _operation_status(self, operation_id: str) -> str | None:
         """The operation's final status, polled as a client does; None if it is unknown."""
@@ -235,9 +266,13 @@ class Load:
 class FailoverAudit:
     """What the database and the provider's ledger say of what the clients were told."""
 
+    # Orders and payments the clients were told of under load.
     acknowledged: int
     # Acknowledged orders and payments the database no longer has.
     lost: int
+    # Commands the clients sent again, under the same keys, having found
+    # theirs gone.
+    resent: int
     # A customer (an order's key) with more than one order.
     duplicates: int
     # An order the provider charged more than once.
@@ -249,22 +284,26 @@ class FailoverAudit:
 
 
 def audit(service: ReplicatedService, acknowledged: Acknowledged) -> FailoverAudit:
-    """What became of every acknowledgement, from the primary and the provider's own ledger."""
-    orders, payments = list(acknowledged.orders), list(acknowledged.payments)
+    """What became of every acknowledgement, from the primary and the provider's own ledger.
+
+    A double charge is a customer (an order's key: one intended purchase)
+    charged more than once, whatever became of the orders and payments in
+    between.
+    """
+    customers = sorted(set(acknowledged.orders.values()))
     with psycopg.connect(service.database_url, autocommit=True) as db:
-        kept_orders = {
-            row[0] for row in db.execute("SELECT id FROM orders_order WHERE id = ANY(%s)", [orders])
-        }
-        per_customer = db.execute(
-            "SELECT count(*) FROM orders_order WHERE customer_id = ANY(%s) GROUP BY customer_id",
-            [list(acknowledged.orders.values())],
-        ).fetchall()
-        # Every payment of these orders, acknowledged or made by a retry.
+        kept_orders: dict[str, str] = dict(
+            db.execute(
+                "SELECT id, customer_id FROM orders_order WHERE customer_id = ANY(%s)",
+                [customers],
+            ).fetchall()
+        )
+        # Every payment of these customers' orders, acknowledged or made by a retry.
         order_of: dict[str, str] = dict(
             db.execute(
                 "SELECT p.id, o.id FROM orders_payment p JOIN orders_order o"
-                " ON o.internal_id = p.order_id WHERE o.id = ANY(%s)",
-                [orders],
+                " ON o.internal_id = p.order_id WHERE o.customer_id = ANY(%s)",
+                [customers],
             ).fetchall()
         )
         stuck = _count(db, "SELECT count(*) FROM operations_operation WHERE status = 'processing'")
@@ -280,19 +319,21 @@ def audit(service: ReplicatedService, acknowledged: Acknowledged) -> FailoverAud
                 "SELECT payment_id FROM provider_ledgerentry WHERE kind = 'charge' AND succeeded"
             )
         ]
-    kept_payments = set(order_of)
-    charges: dict[str, int] = {}
-    for payment_id in charged:
-        # A payment the database lost is known by what its client was told.
-        order_id = order_of.get(payment_id) or acknowledged.payments.get(payment_id)
-        if order_id is not None:
-            charges[order_id] = charges.get(order_id, 0) + 1
+    # What the database lost is known by what the clients were told.
+    customer_of = {**acknowledged.orders, **kept_orders}
+    charges = Counter(
+        customer_of[order_id]
+        for payment_id in charged
+        if (order_id := order_of.get(payment_id) or acknowledged.payments.get(payment_id))
+    )
     return FailoverAudit(
-        acknowledged=acknowledged.count(),
-        lost=len(set(orders) - kept_orders) + len(set(payments) - kept_payments),
-        duplicates=sum(n - 1 for (n,) in per_customer),
+        acknowledged=acknowledged.count() - acknowledged.resent,
+        resent=acknowledged.resent,
+        lost=len(acknowledged.orders.keys() - kept_orders.keys())
+        + len(acknowledged.payments.keys() - order_of.keys()),
+        duplicates=sum(n - 1 for n in Counter(kept_orders.values()).values()),
         double_charges=sum(n - 1 for n in charges.values()),
-        orphan_charges=sum(1 for p in charged if p not in kept_payments),
+        orphan_charges=sum(1 for payment_id in charged if payment_id not in order_of),
         stuck=stuck,
     )
 
@@ -366,7 +407,8 @@ class FailoverFigures:
         assert found is not None
         goal = "" if self.goal_s is None else f" (goal {self.goal_s:g} s)"
         return (
-            f"{self.scenario}: acknowledged {found.acknowledged}, lost {found.lost},"
+            f"{self.scenario}: acknowledged {found.acknowledged}, lost {found.lost}"
+            f" (sent again {found.resent}),"
             f" duplicates {found.duplicates}, double charges {found.double_charges},"
             f" orphan charges {found.orphan_charges}, stuck {found.stuck};"
             f" retries {self.figures.retries},"

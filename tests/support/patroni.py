@@ -239,14 +239,14 @@ class PatroniNode:
 class PatroniCluster:
     """etcd and two Patroni nodes, started on creation: a leader and its standby.
 
-    ``synchronous`` is the cluster's ``synchronous_mode`` from the start
-    (``deploy/patroni/patroni.yml`` sets it; ``False`` overrides it at
-    bootstrap). ``close()`` kills everything and removes the directory.
+    ``synchronous`` is the cluster's ``synchronous_mode`` before its standby
+    starts (``deploy/patroni/patroni.yml`` sets it; ``False`` switches it
+    off once the first node leads, as an operator would). ``link_delay_s``
+    puts the nodes that far apart (:class:`PatroniNode`). ``close()`` kills
+    everything and removes the directory.
     """
 
-    def __init__(
-        self, *, synchronous: bool = True, nodes: int = 2, link_delay_s: float = 0.0
-    ) -> None:
+    def __init__(self, *, synchronous: bool = True, link_delay_s: float = 0.0) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="patroni-"))
         self.password = secrets.token_hex(16)
         self.nodes: list[PatroniNode] = []
@@ -268,16 +268,15 @@ class PatroniCluster:
             }
             self.nodes = [
                 PatroniNode(f"pg{i}", self.directory, environment, link_delay_s=link_delay_s)
-                for i in range(nodes)
+                for i in range(2)
             ]
             self.nodes[0].start()
             wait_until(
                 self.nodes[0].is_primary, _START_WITHIN_S, interval=_POLL_S, what="the first leader"
             )
-            for node in self.nodes[1:]:
-                node.start()
             if not synchronous:
                 self.set_synchronous(False)
+            self.nodes[1].start()
             self.wait_until_replicated(synchronous=synchronous)
         except BaseException:
             self.close()
