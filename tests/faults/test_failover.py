@@ -21,6 +21,8 @@ first charge.
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -55,6 +57,20 @@ PAYMENTS_BEFORE = 8
 COMMANDS_AFTER = 10
 
 
+@contextmanager
+def under_load(tmp_path: Path, figures: Figures) -> Iterator[tuple[ReplicatedService, Load]]:
+    """The service on a fresh cluster, its clients placing and paying orders, payments made."""
+    with replicated_service(tmp_path) as service:
+        load = Load(service, figures)
+        load.start()
+        load.wait_for(
+            lambda: len(load.acknowledged.payments) >= PAYMENTS_BEFORE,
+            timeout=60,
+            what="payments before the fault",
+        )
+        yield service, load
+
+
 def run_through(
     service: ReplicatedService, load: Load, fault_at: float, *, within_s: float
 ) -> Recovery:
@@ -81,6 +97,14 @@ def assert_exactly_once(found: FailoverAudit, load: Load, gone: int) -> None:
     assert load.refused == []
 
 
+def assert_back_within(recovery: Recovery, goal_s: float) -> None:
+    """Commands succeed again, and every operation has ended, within ``goal_s`` of the fault."""
+    assert recovery.first_success_s is not None
+    assert recovery.first_success_s <= goal_s
+    assert recovery.all_ended_s is not None
+    assert recovery.all_ended_s <= goal_s
+
+
 def assert_fails_fast(recovery: Recovery) -> None:
     """Every request that met the failure was answered 503 at once: no other 5xx, no hang."""
     assert recovery.other_errors == 0
@@ -100,14 +124,7 @@ def test_the_primary_killed_under_load(tmp_path: Path, killed: str) -> None:
     again on the same node once its orphaned backends have gone.
     """
     figures = Figures(f"primary's {killed} killed")
-    with replicated_service(tmp_path) as service:
-        load = Load(service, figures)
-        load.start()
-        load.wait_for(
-            lambda: len(load.acknowledged.payments) >= PAYMENTS_BEFORE,
-            timeout=60,
-            what="payments before the kill",
-        )
+    with under_load(tmp_path, figures) as (service, load):
         primary, standby = service.cluster.leader(), service.cluster.standby()
 
         killed_at = time.monotonic()
@@ -129,22 +146,12 @@ def test_the_primary_killed_under_load(tmp_path: Path, killed: str) -> None:
     assert_exactly_once(found, load, gone)
     assert recovery.unavailable > 0
     assert_fails_fast(recovery)
-    assert recovery.first_success_s is not None
-    assert recovery.first_success_s <= FAILOVER_GOAL_S
-    assert recovery.all_ended_s is not None
-    assert recovery.all_ended_s <= FAILOVER_GOAL_S
+    assert_back_within(recovery, FAILOVER_GOAL_S)
 
 
 def test_a_switchover_under_load(tmp_path: Path) -> None:
     figures = Figures("switchover")
-    with replicated_service(tmp_path) as service:
-        load = Load(service, figures)
-        load.start()
-        load.wait_for(
-            lambda: len(load.acknowledged.payments) >= PAYMENTS_BEFORE,
-            timeout=60,
-            what="payments before the switchover",
-        )
+    with under_load(tmp_path, figures) as (service, load):
         primary, standby = service.cluster.leader(), service.cluster.standby()
 
         asked_at = time.monotonic()
@@ -161,22 +168,12 @@ def test_a_switchover_under_load(tmp_path: Path) -> None:
     assert roles == (standby, primary)
     assert_exactly_once(found, load, gone)
     assert_fails_fast(recovery)
-    assert recovery.first_success_s is not None
-    assert recovery.first_success_s <= SWITCHOVER_GOAL_S
-    assert recovery.all_ended_s is not None
-    assert recovery.all_ended_s <= SWITCHOVER_GOAL_S
+    assert_back_within(recovery, SWITCHOVER_GOAL_S)
 
 
 def test_the_standby_lost_under_load(tmp_path: Path) -> None:
     figures = Figures("standby lost")
-    with replicated_service(tmp_path) as service:
-        load = Load(service, figures)
-        load.start()
-        load.wait_for(
-            lambda: len(load.acknowledged.payments) >= PAYMENTS_BEFORE,
-            timeout=60,
-            what="payments before the standby is lost",
-        )
+    with under_load(tmp_path, figures) as (service, load):
         primary, standby = service.cluster.leader(), service.cluster.standby()
 
         lost_at = time.monotonic()

@@ -25,13 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.observability.test_alert_rules import patroni_metric_names_in_rules
 from tests.support.concurrency import wait_until
 from tests.support.faults import RedisServer
-from tests.support.http import ORDER
 from tests.support.live import (
     BIN,
     ROOT,
-    LiveService,
     base_env,
     manage,
+    paid_order,
     post_command,
     serve,
     stop,
@@ -64,11 +63,11 @@ def test_every_process_works_on_the_primary_and_follows_a_switchover(
         manage("seed_demo", env=env)
         token = manage("create_api_client", "multi", "host", env=env).splitlines()[-1]
         with serve(env, celery=True) as service, beat(env, tmp_path) as scheduler:
-            first = pay_an_order(service, token, key="before")
+            first = paid_order(service, token, key="before", send=post_with_retries)
             wait_until(lambda: keys(url) == 0, 30, interval=0.05, what="the purge through beat")
 
             cluster.switchover(to=standby)
-            second = pay_an_order(service, token, key="after")
+            second = paid_order(service, token, key="after", send=post_with_retries)
             wait_until(
                 lambda: keys(url) == 0, 30, interval=0.05, what="the purge after the switchover"
             )
@@ -83,28 +82,6 @@ def test_every_process_works_on_the_primary_and_follows_a_switchover(
     assert {first, second} == {entry["paymentId"] for entry in ledger}
     assert "0" in purged
     assert "payment.charge" in operations
-
-
-def pay_an_order(service: LiveService, token: str, *, key: str) -> str:
-    """Place and pay an order under keys of their own; the payment's id, once it succeeded."""
-    placed = post_with_retries(service.url("/v1/orders"), ORDER, token=token, key=f"{key}-order")
-    order = placed.json()["order"]
-    body = {
-        "orderId": order["id"],
-        "amount": order["totalAmount"],
-        "currency": order["currency"],
-        "paymentMethod": "pm_card_ok",
-    }
-    accepted = post_with_retries(service.url("/v1/payments"), body, token=token, key=f"{key}-pay")
-    operation = service.url(accepted.headers["Location"])
-    headers = {"Authorization": f"Bearer {token}"}
-    wait_until(
-        lambda: requests.get(operation, headers=headers, timeout=5).json()["status"] == "succeeded",
-        30,
-        interval=0.05,
-        what="the payment succeeding",
-    )
-    return str(accepted.json()["paymentId"])
 
 
 def post_with_retries(url: str, body: Any, *, token: str, key: str) -> requests.Response:

@@ -13,12 +13,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-import requests
 
-from tests.support.concurrency import wait_until
 from tests.support.faults import PostgresCluster, RedisServer
-from tests.support.http import ORDER
-from tests.support.live import base_env, manage, post_command, serve
+from tests.support.live import base_env, manage, paid_order, serve
 
 
 @pytest.fixture
@@ -47,32 +44,11 @@ def test_the_ledger_is_kept_in_the_providers_own_database(server: PostgresCluste
         manage("seed_demo", env=env)
         token = manage("create_api_client", "acme", "alice", env=env).splitlines()[-1]
         with serve(env, celery=True) as service:
-            placed = post_command(service.url("/v1/orders"), ORDER, token=token, key="order")
-            order = placed.json()["order"]
-            body = {
-                "orderId": order["id"],
-                "amount": order["totalAmount"],
-                "currency": order["currency"],
-                "paymentMethod": "pm_card_ok",
-            }
-            accepted = post_command(service.url("/v1/payments"), body, token=token, key="pay")
-            operation = service.url(accepted.headers["Location"])
-            headers = {"Authorization": f"Bearer {token}"}
-            wait_until(
-                lambda: (
-                    requests.get(operation, headers=headers, timeout=5).json()["status"]
-                    == "succeeded"
-                ),
-                30,
-                interval=0.05,
-                what="the payment succeeding",
-            )
+            payment_id = paid_order(service, token, key="first")
         ledger = [json.loads(line) for line in manage("provider_ledger", env=env).splitlines()]
 
     service_tables, provider_tables = tables(server.url("orders")), tables(server.url("provider"))
     assert provider_tables == {"django_migrations", "provider_attempt", "provider_ledgerentry"}
     assert {"orders_order", "orders_payment", "operations_operation"} <= service_tables
     assert not {"provider_attempt", "provider_ledgerentry"} & service_tables
-    assert [(e["kind"], e["paymentId"]) for e in ledger] == [
-        ("charge", accepted.json()["paymentId"])
-    ]
+    assert [(e["kind"], e["paymentId"]) for e in ledger] == [("charge", payment_id)]

@@ -6,13 +6,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
+
+from tests.support.concurrency import wait_until
 
 # The repository, two folders above this file.
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +49,35 @@ def post_command(
         },
         timeout=timeout,
     )
+
+
+def paid_order(
+    service: LiveService,
+    token: str,
+    *,
+    key: str,
+    send: Callable[..., requests.Response] = post_command,
+) -> str:
+    """An order placed and paid over HTTP, under keys of their own; the payment's id.
+
+    Returns once the worker has charged it. ``send`` sends each command
+    (``post_command``'s arguments), and may retry it under its key.
+    """
+    # Django's models are behind these: imported where Django is set up.
+    from tests.support.http import ORDER, payment_body
+
+    placed = send(service.url("/v1/orders"), ORDER, token=token, key=f"{key}-order")
+    body = payment_body(placed.json()["order"])
+    accepted = send(service.url("/v1/payments"), body, token=token, key=f"{key}-pay")
+    operation = service.url(accepted.headers["Location"])
+    headers = {"Authorization": f"Bearer {token}"}
+    wait_until(
+        lambda: requests.get(operation, headers=headers, timeout=5).json()["status"] == "succeeded",
+        30,
+        interval=0.05,
+        what="the payment succeeding",
+    )
+    return str(accepted.json()["paymentId"])
 
 
 def free_port() -> int:

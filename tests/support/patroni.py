@@ -251,6 +251,9 @@ class PatroniCluster:
         self.password = secrets.token_hex(16)
         self.nodes: list[PatroniNode] = []
         self.etcd: Etcd | None = None
+        # The cluster's synchronous_mode, as deploy/patroni/patroni.yml or
+        # set_synchronous left it.
+        self.synchronous = True
         try:
             if os.geteuid() == 0:
                 shutil.chown(self.directory, _RUN_AS)
@@ -358,13 +361,20 @@ class PatroniCluster:
         )
 
     def switchover(self, *, to: PatroniNode) -> None:
-        """A planned switchover to ``to``; returns once Patroni has done it."""
+        """A planned switchover to ``to``; returns once Patroni has done it.
+
+        Asked once ``to`` streams (and, in synchronous mode, is the
+        synchronous standby), as an operator checks ``patronictl list``
+        first: Patroni refuses a candidate that may lack a commit.
+        """
+        self.wait_until_replicated(synchronous=self.synchronous)
         leader = self.leader()
         answer = self._rest("POST", "/switchover", {"leader": leader.name, "candidate": to.name})
         assert answer.status_code == 200, answer.text
 
     def set_synchronous(self, synchronous: bool, *, strict: bool = False) -> None:
         """``synchronous_mode`` (and ``_strict``) for the cluster, as ``patronictl edit-config``."""
+        self.synchronous = synchronous
         answer = self._rest(
             "PATCH",
             "/config",
