@@ -63,8 +63,8 @@ $(VENV)/.runtime: requirements.lock pyproject.toml $(VENV)/.python
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-# The Python client (client/) is a package of its own; its one dependency,
-# httpx, comes locked with the dev tools.
+# The Python client (client/) is a package of its own; its dependencies,
+# httpx and standardwebhooks, come locked with the dev tools.
 $(VENV)/.dev: requirements-dev.lock client/pyproject.toml $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.lock
 	$(PY) -m pip install --quiet --no-deps -e client
