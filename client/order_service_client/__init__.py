@@ -15,7 +15,10 @@ promise, the part only a client can keep:
   (:mod:`order_service_client.errors`);
 - orders placed under ids the caller chooses (``put_order``), and commands
   conditional on the version read (``get_order_versioned``, ``if_match``);
-- polling of asynchronous operations, and cursor pagination.
+- polling of asynchronous operations, and cursor pagination;
+- for a webhook endpoint, the consumer's half: deliveries verified with
+  the Standard Webhooks reference verifier, and each event handled once
+  however often it is delivered (:mod:`order_service_client.webhooks`).
 
 ::
 
@@ -35,8 +38,8 @@ promise, the part only a client can keep:
         operation = client.wait(accepted)
 
 The rules, each with its reason, are in :mod:`order_service_client.client`.
-The package needs httpx alone; :class:`AsyncOrderServiceClient` is the
-asyncio twin.
+The package needs httpx, and standardwebhooks for the deliveries;
+:class:`AsyncOrderServiceClient` is the asyncio twin.
 """
 
 from order_service_client._core import CommandResult, Versioned
@@ -73,9 +76,24 @@ from order_service_client.keys import (
     new_key,
 )
 from order_service_client.retry import RetryEvent, RetryPolicy
+from order_service_client.webhooks import (
+    DEFAULT_INBOX_LEASE,
+    DEFAULT_INBOX_RETENTION,
+    DEFAULT_WEBHOOK_TOLERANCE,
+    DeliveryInProgress,
+    Inbox,
+    MemoryInbox,
+    SQLiteInbox,
+    WebhookEvent,
+    WebhookVerificationFailed,
+    WebhookVerifier,
+)
 
 __all__ = [
+    "DEFAULT_INBOX_LEASE",
+    "DEFAULT_INBOX_RETENTION",
     "DEFAULT_RETENTION",
+    "DEFAULT_WEBHOOK_TOLERANCE",
     "ERROR_CLASSES",
     "ApiError",
     "AsyncOrderServiceClient",
@@ -84,9 +102,12 @@ __all__ = [
     "ClientError",
     "CommandResult",
     "Conflict",
+    "DeliveryInProgress",
     "IdempotencyKeyConflict",
     "IdempotencyKeyInProgress",
+    "Inbox",
     "KeyStore",
+    "MemoryInbox",
     "MemoryKeyStore",
     "NotFound",
     "OperationTimeout",
@@ -98,12 +119,16 @@ __all__ = [
     "RetriesExhausted",
     "RetryEvent",
     "RetryPolicy",
+    "SQLiteInbox",
     "SQLiteKeyStore",
     "ServerError",
     "Throttled",
     "Unprocessable",
     "ValidationFailed",
     "Versioned",
+    "WebhookEvent",
+    "WebhookVerificationFailed",
+    "WebhookVerifier",
     "__version__",
     "error_from_response",
     "new_key",

@@ -23,7 +23,9 @@ code on the server never breaks a ``except NotFound`` here::
     │   │   └── Throttled         429, retried by the client
     │   └── ServerError           5xx
     ├── RetriesExhausted          no final answer within the retry policy: outcome unknown
-    └── OperationTimeout          still processing when wait() gave up (a TimeoutError)
+    ├── OperationTimeout          still processing when wait() gave up (a TimeoutError)
+    ├── WebhookVerificationFailed a delivery is not the service's: .reason (webhooks.py)
+    └── DeliveryInProgress        another delivery of the event is being handled (webhooks.py)
 
 An answer that is not problem+json (an HTML page from a proxy, a gateway's
 ``502``) is still an :class:`ApiError` of its status class, with ``error``

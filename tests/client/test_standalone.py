@@ -1,9 +1,11 @@
-"""The client installs and imports on its own: httpx is its one dependency, Django none of them.
+"""The client installs and imports on its own: httpx and standardwebhooks are its dependencies.
 
 It is meant to be installed into applications that are not this service,
-so it must not pull in the service's framework, even by accident.
+so it must not pull in the service's framework, even by accident: Django
+is none of its dependencies, and no module of it imports Django.
 """
 
+import ast
 import os
 import subprocess
 import sys
@@ -44,9 +46,25 @@ def test_no_module_of_the_client_names_django() -> None:
     assert [name for name, text in sources.items() if "django" in text.lower()] == []
 
 
-def test_httpx_is_the_only_dependency() -> None:
+def test_httpx_and_standardwebhooks_are_the_only_dependencies() -> None:
     project = tomllib.loads((CLIENT_DIR / "pyproject.toml").read_text())["project"]
 
     assert project["name"] == "order-service-client"
-    assert project["dependencies"] == ["httpx>=0.27,<0.29"]
+    assert project["dependencies"] == ["httpx>=0.27,<0.29", "standardwebhooks>=1.1,<1.2"]
     assert project["requires-python"] == ">=3.11,<3.14"
+
+
+def test_the_client_imports_nothing_but_its_dependencies_and_the_standard_library() -> None:
+    # What pyproject.toml declares is what the code may import: one more
+    # package imported would break an application that installed the client.
+    imported: set[str] = set()
+    for path in CLIENT_DIR.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+
+    third_party = imported - set(sys.stdlib_module_names) - {"order_service_client"}
+
+    assert third_party == {"httpx", "standardwebhooks"}
