@@ -476,12 +476,14 @@ INVALID_LIST_QUERY = Refusal(
 
 
 def cursor_page(
-    item: type[serializers.Serializer[Any]], name: str
+    item: type[serializers.Serializer[Any]] | Callable[..., Any], name: str
 ) -> type[serializers.Serializer[Any]]:
     """The response of a list: ``{"results", "next", "previous", "nextCursor", "previousCursor"}``.
 
     The views paginate by hand (api.pagination), so drf-spectacular cannot
     see the envelope; this serializer describes it and names its component.
+    ``item`` makes the results' serializer, given ``many=True``: a
+    serializer class, or a function that makes one (a polymorphic proxy).
     """
     link = "Path-absolute URL of the {} page, or null.".format
     cursor = "The `cursor` parameter that asks for the {} page, or null.".format

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "idempotency",
     "operations",
     "provider",
+    "events",
     "orders",
 ]
 
@@ -242,6 +243,27 @@ OPERATION_LEASE = env.float("OPERATION_LEASE", default=10.0)
 # indexed query when nothing is lost.
 OPERATION_SWEEP_INTERVAL = env.float("OPERATION_SWEEP_INTERVAL", default=2.0)
 
+# --- Events and webhooks ----------------------------------------------------
+
+# How long events are kept in the feed (seconds): 30 days, the contract's
+# least, so that a consumer down for a month catches up with `after=`.
+EVENT_RETENTION = env.int("EVENT_RETENTION", default=30 * 86400)
+# How long one delivery attempt may wait for the receiver's answer (seconds),
+# per phase (connect, send, first byte); a 2xx within it delivers the event.
+WEBHOOK_TIMEOUT = env.float("WEBHOOK_TIMEOUT", default=10.0)
+# First retry delay of an undelivered event (seconds), doubling with each
+# attempt. With 8 attempts the last comes some two hours after the first:
+# long enough to ride out a receiver's deploy or short outage.
+WEBHOOK_RETRY_BACKOFF = env.float("WEBHOOK_RETRY_BACKOFF", default=60.0)
+# Attempts of one delivery before it ends failed (the event stays in the feed).
+WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=8)
+# Deliver to loopback, private, link-local and multicast addresses too
+# (events.addresses). Off: a client's URL must not reach our own network.
+WEBHOOK_ALLOW_PRIVATE_URLS = env.bool("WEBHOOK_ALLOW_PRIVATE_URLS", default=False)
+# The most enabled endpoints one tenant may have: every event costs a
+# delivery per endpoint, so this bounds the work a tenant's command causes.
+WEBHOOK_ENDPOINTS_PER_TENANT = env.int("WEBHOOK_ENDPOINTS_PER_TENANT", default=16)
+
 # --- Celery ---------------------------------------------------------------
 
 CELERY_BROKER_URL = env.str(
@@ -287,6 +309,11 @@ CELERY_BEAT_SCHEDULE = {
         # IDEMPOTENCY_PURGE_INTERVAL (seconds): hourly keeps the table within
         # an hour of its retention.
         "schedule": env.float("IDEMPOTENCY_PURGE_INTERVAL", default=3600.0),
+    },
+    "purge-expired-events": {
+        "task": "events.tasks.purge_expired_events",
+        # Hourly: the feed holds at most an hour past EVENT_RETENTION.
+        "schedule": 3600.0,
     },
 }
 
@@ -352,6 +379,11 @@ back as `cursor`; `pageSize` is an integer from 1 to 200 (default 50).
         {"name": "orders", "description": "Place, read and cancel orders."},
         {"name": "payments", "description": "Pay orders; charged asynchronously."},
         {"name": "operations", "description": "Poll asynchronous work."},
+        {"name": "events", "description": "What happened, once each: the event feed."},
+        {
+            "name": "webhooks",
+            "description": "Events pushed to your endpoints, signed (Standard Webhooks).",
+        },
         {
             "name": "idempotency",
             "description": "What became of an Idempotency-Key: look a command up by its key.",
@@ -363,6 +395,8 @@ back as `cursor`; `pageSize` is an integer from 1 to 200 (default 50).
         "PaymentStatusEnum": "orders.models.Payment.Status",
         "OperationStatusEnum": "operations.models.Operation.Status",
         "OperationKindEnum": "operations.registry.kinds",
+        "DeliveryStatusEnum": "events.models.Delivery.Status",
+        "WebhookEndpointStatusEnum": "events.models.WebhookEndpoint.Status",
         "CommandStatusEnum": ["succeeded"],
     },
     # Ids in paths (api.converters.ResourceIdConverter).

@@ -14,6 +14,7 @@ urlpatterns = [
     path("v1/", include("orders.urls")),
     path("v1/", include("operations.urls")),
     path("v1/", include("idempotency.urls")),
+    path("v1/", include("events.urls")),
     # Public, offline docs (SPECTACULAR_SETTINGS: no authentication, sidecar assets).
     path("v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

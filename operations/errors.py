@@ -7,5 +7,19 @@ class TransientFailure(Exception):
     """The work failed in a way that may pass: retry it later, unchanged."""
 
 
+class Postponed(Exception):
+    """The attempt could not start yet (what it needs is busy): try again in ``delay`` seconds.
+
+    Unlike a failure, a postponed attempt does not count against the kind's
+    attempt budget: nothing was tried. A webhook delivery postpones itself
+    while another delivery to the same endpoint is under way, so that a slow
+    endpoint holds one worker at most.
+    """
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"postponed for {delay:.1f} s")
+        self.delay = delay
+
+
 class NoSuchOperation(NotFound):
     """An operation id in the path names no operation of the caller's tenant."""

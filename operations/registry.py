@@ -20,6 +20,8 @@ reverse.
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from operations.errors import TransientFailure
 from operations.models import Operation
 
@@ -51,17 +53,22 @@ def _one_second() -> float:
     return 1.0
 
 
+def _operation_max_attempts() -> int:
+    return int(settings.OPERATION_MAX_ATTEMPTS)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How long a failed attempt waits for the next, and what its failure is called.
 
-    Every failed attempt is retried, until the attempt budget
-    (``OPERATION_MAX_ATTEMPTS``) is spent, after ``first_delay()`` seconds,
-    doubling with each attempt up to ``max_delay``. An exception of ``on``
-    is a failure that may pass (a provider's timeout), recorded as
-    ``error``; any other is a bug, logged with its traceback and recorded as
-    ``InternalError``. The first delay is read at each retry (a callable),
-    so it can come from settings.
+    Every failed attempt is retried, until the attempt budget (``budget()``,
+    ``OPERATION_MAX_ATTEMPTS`` unless the kind says otherwise) is spent,
+    after ``first_delay()`` seconds, doubling with each attempt up to
+    ``max_delay``. An exception of ``on`` is a failure that may pass (a
+    provider's timeout), recorded as ``error``; any other is a bug, logged
+    with its traceback and recorded as ``InternalError``. The first delay
+    and the budget are read at each retry (callables), so they can come
+    from settings.
     """
 
     on: tuple[type[BaseException], ...] = (TransientFailure,)
@@ -70,6 +77,9 @@ class RetryPolicy:
     # A minute: long enough to ride out a provider's brief outage, short
     # enough that a customer is not kept waiting long after it ends.
     max_delay: float = 60.0
+    # Read at each attempt too, from settings (OPERATION_MAX_ATTEMPTS, or a
+    # kind's own such as WEBHOOK_MAX_ATTEMPTS).
+    budget: Callable[[], int] = _operation_max_attempts
 
     def delay(self, attempts: int) -> float:
         """Seconds between the end of attempt number ``attempts`` (from 1) and the next."""

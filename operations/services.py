@@ -32,6 +32,7 @@ from django.utils import timezone
 from accounts.models import Tenant
 from observability.tracing import continued, current_trace_id, message_headers
 from operations import metrics, registry
+from operations.errors import Postponed
 from operations.models import Operation
 from operations.registry import INTERNAL_ERROR, Failure, OperationKind
 
@@ -49,6 +50,11 @@ _PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step":
 # The most operations one sweep publishes, so that a sweep after a long
 # outage stays short; the next sweep takes the rest.
 SWEEP_BATCH = 500
+# The longest countdown a retry's message carries. A worker holds a message
+# with a countdown, unacknowledged, until it is due (Redis hands it out again
+# after its visibility timeout, 300 s): a retry due later (a webhook's
+# backoff reaches hours) gets no message, and the sweep publishes it when due.
+LONGEST_COUNTDOWN = 60.0
 _WORKER_LOST = "The worker performing the operation stopped during an attempt."
 _UNEXPECTED = "The operation failed on our side."
 
@@ -86,6 +92,29 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
         partial(_publish, operation.id, operation.trace_id, published_at=now), robust=True
     )
     return operation
+
+
+def start_operations(*, tenant: Tenant, kind: str, result_ids: Sequence[str]) -> list[Operation]:
+    """:func:`start_operation` for several results at once: one insert, however many."""
+    now = timezone.now()
+    trace_id = current_trace_id()
+    operations = Operation.objects.bulk_create(
+        Operation(
+            tenant=tenant,
+            kind=kind,
+            result_id=result_id,
+            trace_id=trace_id,
+            published_at=now,
+            publications=1,
+            republish_at=now + _stale_after(),
+        )
+        for result_id in result_ids
+    )
+    for operation in operations:
+        transaction.on_commit(
+            partial(_publish, operation.id, trace_id, published_at=now), robust=True
+        )
+    return operations
 
 
 def publish(
@@ -176,9 +205,12 @@ def claim_operation(operation_id: str) -> Operation | None:
 
 @dataclass(frozen=True)
 class _Retry:
-    """An attempt that failed, to be followed by another after ``delay`` seconds."""
+    """An attempt that failed, to be followed by another after ``delay`` seconds.
 
-    failure: Failure
+    ``failure`` None: the attempt was postponed, and does not count.
+    """
+
+    failure: Failure | None
     delay: float
 
 
@@ -203,7 +235,7 @@ def attempt_operation(operation: Operation) -> None:
 
 
 def _attempt(operation: Operation, kind: OperationKind) -> _Retry | None:
-    budget = settings.OPERATION_MAX_ATTEMPTS
+    budget = kind.retry.budget()
     if operation.attempts > budget:
         # Attempts that ended without a verdict spent the budget: the
         # worker of the last one was lost, or the operation could not be
@@ -211,6 +243,8 @@ def _attempt(operation: Operation, kind: OperationKind) -> _Retry | None:
         return _give_up(operation, kind, _last_failure(operation))
     try:
         kind.handler(operation)
+    except Postponed as postponed:
+        return _Retry(None, postponed.delay)
     except Exception as exc:
         failure = _failure_of(exc, kind, operation)
         if operation.attempts < budget:
@@ -228,7 +262,7 @@ def _failure_of(exc: Exception, kind: OperationKind, operation: Operation) -> Fa
     logger.error(
         "operation attempt failed unexpectedly",
         attempts=operation.attempts,
-        budget=settings.OPERATION_MAX_ATTEMPTS,
+        budget=kind.retry.budget(),
         # The exception itself, not True: a handler that formats the record
         # later (in another thread, or a test's) still gets its traceback.
         exc_info=exc,
@@ -265,29 +299,42 @@ def _retry_later(operation: Operation, retry: _Retry) -> None:
     """Give the claim up, record why the attempt failed, and send the next attempt's message.
 
     Should that message be lost, the sweep publishes the operation again
-    once the retry is overdue.
+    once the retry is overdue. A retry due later than ``LONGEST_COUNTDOWN``
+    gets no message now: the sweep publishes it when it is due. A postponed
+    attempt gives its count back.
     """
     now = timezone.now()
+    due = now + timedelta(seconds=retry.delay)
+    held = retry.delay <= LONGEST_COUNTDOWN
+    changes: dict[str, object] = {"claimed_until": None, "updated_at": now}
+    if retry.failure is None:
+        changes["attempts"] = F("attempts") - 1
+    else:
+        changes["error_code"] = retry.failure.code
+        changes["error_message"] = retry.failure.message[:500]
+    if held:
+        changes.update(
+            published_at=now,
+            publications=F("publications") + 1,
+            republish_at=due + _stale_after(),
+        )
+    else:
+        changes.update(published_at=None, republish_at=due)
     # Only while this attempt is the last one claimed: a worker that took
     # the operation over after this one's lease lapsed keeps it.
     released = Operation.objects.filter(
         pk=operation.pk, status=Operation.Status.PROCESSING, attempts=operation.attempts
-    ).update(
-        claimed_until=None,
-        error_code=retry.failure.code,
-        error_message=retry.failure.message[:500],
-        published_at=now,
-        publications=F("publications") + 1,
-        republish_at=now + timedelta(seconds=retry.delay) + _stale_after(),
-        updated_at=now,
-    )
-    if released:
+    ).update(**changes)
+    if not released:
+        return
+    if retry.failure is not None:
         logger.info(
             "operation will be retried",
             retry_in_s=retry.delay,
             error=retry.failure.code,
             reason=retry.failure.message,
         )
+    if held:
         _publish(operation.id, operation.trace_id, published_at=now, countdown=retry.delay)
 
 

@@ -10,9 +10,9 @@ from api.fields import StrictCharField, StrictIntegerField, StrictSerializer
 from api.parsers import MAX_SAFE_INTEGER
 from operations.models import Operation
 from operations.serializers import operation_path
+from orders.inputs import NewOrder, NewPayment, OrderLine
 from orders.links import order_path, payment_path
 from orders.models import ORDER_ID_MAX_LENGTH, Order, OrderItem, Payment
-from orders.services import NewOrder, NewPayment, OrderLine
 from provider.gateway import get_gateway
 
 MAX_ITEMS = 100

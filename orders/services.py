@@ -28,6 +28,7 @@ from operations import registry
 from operations.models import Operation
 from operations.registry import Failure
 from operations.services import finish_operation, start_operation
+from orders import events
 from orders.errors import (
     AmountMismatch,
     CurrencyMismatch,
@@ -39,6 +40,7 @@ from orders.errors import (
     PaymentInProgress,
     UnknownSku,
 )
+from orders.inputs import NewOrder, NewPayment
 from orders.links import order_path, payment_path
 from orders.locks import lock_order
 from orders.models import Order, OrderItem, Payment, Product
@@ -66,19 +68,6 @@ _PROVIDER_RETRY = registry.RetryPolicy(
 
 
 # --- Orders -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OrderLine:
-    sku: str
-    qty: int
-
-
-@dataclass(frozen=True)
-class NewOrder:
-    customer_id: str
-    currency: str
-    items: list[OrderLine]
 
 
 def create_order(*, tenant: Tenant, new_order: NewOrder) -> Order:
@@ -176,6 +165,7 @@ def _place(*, tenant: Tenant, new_order: NewOrder, order_id: str | None) -> Orde
     OrderItem.objects.bulk_create(lines)
     order.lines = lines
     order.payment_ids = []
+    events.order_event(events.ORDER_CREATED, order)
     return order
 
 
@@ -243,18 +233,11 @@ def cancel_order(
         order.status = Order.Status.CANCELLED
         order.cancel_reason = reason
         order.save(update_fields=["status", "cancel_reason", "updated_at"])
+        events.order_event(events.ORDER_CANCELLED, order)
     return Cancellation(order=order)
 
 
 # --- Payments ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NewPayment:
-    order_id: str
-    amount: int
-    currency: str
-    payment_method: str
 
 
 def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, Operation]:
@@ -359,7 +342,7 @@ def _record_charge(
         lock_order(Order.objects.filter(pk=payment.order_id))
         if not _finish(operation, result, declined="PaymentDeclined", what="payment", error=error):
             return  # another attempt recorded the outcome first
-        Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
+        ended = Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
             status=Payment.Status.SUCCEEDED if result.succeeded else Payment.Status.FAILED,
             failure_code=result.failure_code,
             provider_charge_id=result.charge_id,
@@ -368,6 +351,11 @@ def _record_charge(
         if result.succeeded:
             Order.objects.filter(pk=payment.order_id, status=Order.Status.PENDING).update(
                 status=Order.Status.PAID, updated_at=now
+            )
+        if ended:
+            events.payment_event(
+                events.PAYMENT_SUCCEEDED if result.succeeded else events.PAYMENT_FAILED,
+                payment.pk,
             )
 
 
@@ -463,6 +451,8 @@ def _record_refund(
         Order.objects.filter(pk=payment.order_id).update(
             status=Order.Status.CANCELLED, updated_at=now
         )
+        events.payment_event(events.PAYMENT_REFUNDED, payment.pk)
+        events.order_event_by_key(events.ORDER_CANCELLED, payment.order_id)
 
 
 def _finish(

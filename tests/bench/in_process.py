@@ -332,7 +332,8 @@ def measure_lists(env: Mapping[str, str], *, rounds: int = 10, per_round: int = 
 def _tenant_with_orders(lines: int, *, count: int) -> str:
     """A tenant of its own with ``count`` orders of ``lines`` lines; its client's token."""
     from accounts.services import create_api_client
-    from orders.services import NewOrder, OrderLine, create_order
+    from orders.inputs import NewOrder, OrderLine
+    from orders.services import create_order
 
     issued = create_api_client(tenant_slug=f"bench-lists-{lines}", name="bench")
     items = [OrderLine(sku="ABC" if i % 2 else "XYZ", qty=i + 1) for i in range(lines)]

@@ -14,7 +14,8 @@ import pytest
 from django.core import signing
 from django.test import override_settings
 
-from orders.services import NewOrder, OrderLine, create_order
+from orders.inputs import NewOrder, OrderLine
+from orders.services import create_order
 from tests.support.http import ORDER, Api
 
 pytestmark = pytest.mark.django_db

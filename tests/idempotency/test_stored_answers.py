@@ -22,6 +22,7 @@ from django.db import connection
 from django.db.models import Model
 from django.urls import get_resolver
 
+from events.models import Delivery, Event, WebhookEndpoint
 from idempotency.models import IdempotencyKey
 from idempotency.schema import STORED_ANSWERS
 from operations.models import Operation
@@ -62,8 +63,23 @@ def create_payment(body: dict[str, Any]) -> Request:
     return Request("createPayment", "post", "/v1/payments", body)
 
 
+def create_webhook_endpoint(body: dict[str, Any]) -> Request:
+    return Request("createWebhookEndpoint", "post", "/v1/webhook-endpoints", body)
+
+
+def disable_webhook_endpoint(endpoint_id: str, body: Any = None) -> Request:
+    return Request(
+        "disableWebhookEndpoint", "delete", f"/v1/webhook-endpoints/{endpoint_id}", body
+    )
+
+
+# A public address, literally: no name to resolve, and nothing is sent to it
+# (the test's transaction never commits the deliveries).
+ENDPOINT = {"url": "https://192.0.32.10/hooks", "eventTypes": ["*"]}
+
+
 def send(api: Api, request: Request, key: str) -> ClientResponse:
-    method = api.put if request.method == "put" else api.post
+    method = {"put": api.put, "delete": api.delete}.get(request.method, api.post)
     return method(request.path, request.body, key=key, **request.headers)
 
 
@@ -320,6 +336,57 @@ def a_payment_whose_operation_the_database_refuses(api: Api, body: dict[str, Any
     return create_payment(payment_body(order))
 
 
+# createWebhookEndpoint
+
+
+@scenario("createWebhookEndpoint", 201)
+def an_endpoint_is_subscribed(api: Api, body: dict[str, Any]) -> Request:
+    return create_webhook_endpoint(ENDPOINT)
+
+
+@scenario("createWebhookEndpoint", 400, "ValidationError")
+def an_endpoint_on_the_loopback_is_refused(api: Api, body: dict[str, Any]) -> Request:
+    return create_webhook_endpoint({**ENDPOINT, "url": "http://127.0.0.1:8080/hooks"})
+
+
+@scenario("createWebhookEndpoint", 500, "InternalError")
+def an_endpoint_the_database_refuses(api: Api, body: dict[str, Any]) -> Request:
+    refuse_rows(WebhookEndpoint, "false")
+    return create_webhook_endpoint(ENDPOINT)
+
+
+# disableWebhookEndpoint
+
+
+def subscribed(api: Api) -> str:
+    response = api.post("/v1/webhook-endpoints", ENDPOINT, key="subscribe")
+    assert response.status_code == 201, response.content
+    endpoint_id: str = body_of(response)["id"]
+    return endpoint_id
+
+
+@scenario("disableWebhookEndpoint", 200)
+def an_endpoint_is_disabled(api: Api, body: dict[str, Any]) -> Request:
+    return disable_webhook_endpoint(subscribed(api))
+
+
+@scenario("disableWebhookEndpoint", 400, "ValidationError")
+def a_disable_with_a_body_fails_validation(api: Api, body: dict[str, Any]) -> Request:
+    return disable_webhook_endpoint(subscribed(api), {"reason": "done"})
+
+
+@scenario("disableWebhookEndpoint", 404, "NotFound")
+def a_disable_of_no_endpoint(api: Api, body: dict[str, Any]) -> Request:
+    return disable_webhook_endpoint("whe_unknown")
+
+
+@scenario("disableWebhookEndpoint", 500, "InternalError")
+def a_disable_the_database_refuses(api: Api, body: dict[str, Any]) -> Request:
+    endpoint_id = subscribed(api)
+    refuse_rows(WebhookEndpoint, "status <> 'disabled'")
+    return disable_webhook_endpoint(endpoint_id)
+
+
 # --- The tests ----------------------------------------------------------------------
 
 
@@ -330,7 +397,16 @@ def registry() -> Registry:
     return STORED_ANSWERS
 
 
-WRITTEN: tuple[type[Model], ...] = (Order, OrderItem, Payment, Operation, IdempotencyKey)
+WRITTEN: tuple[type[Model], ...] = (
+    Order,
+    OrderItem,
+    Payment,
+    Operation,
+    Event,
+    WebhookEndpoint,
+    Delivery,
+    IdempotencyKey,
+)
 
 
 def footprint() -> list[list[dict[str, Any]]]:

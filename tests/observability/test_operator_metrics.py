@@ -255,7 +255,8 @@ def test_a_scrape_reads_the_database_in_a_fixed_number_of_queries(
     client: Client, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     # Operations by kind and status; the oldest processing one of each of
-    # the two kinds (an index probe each); the key table's size and the
-    # purge's lag (one statement); readiness's SELECT 1.
-    with django_assert_num_queries(5):
+    # the three kinds (an index probe each); the key table's size and the
+    # purge's lag (one statement); the oldest pending webhook delivery and
+    # the failing endpoints; readiness's SELECT 1.
+    with django_assert_num_queries(8):
         assert client.get("/metrics").status_code == 200

@@ -87,6 +87,10 @@ def test_metrics_show_how_long_the_oldest_processing_operation_has_waited(
         for line in scrape.splitlines()
         if line.startswith("operations_oldest_processing_age_seconds{")
     }
-    assert ages.keys() == {'kind="payment.charge"', 'kind="order.refund"'}
+    assert ages.keys() == {
+        'kind="payment.charge"',
+        'kind="order.refund"',
+        'kind="webhook.deliver"',
+    }
     assert 300 <= ages['kind="payment.charge"'] < 310
-    assert ages['kind="order.refund"'] == 0
+    assert ages['kind="order.refund"'] == ages['kind="webhook.deliver"'] == 0

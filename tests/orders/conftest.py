@@ -5,8 +5,9 @@ from collections.abc import Callable
 import pytest
 
 from accounts.models import Tenant
+from orders.inputs import NewOrder, OrderLine
 from orders.models import Order
-from orders.services import NewOrder, OrderLine, create_order
+from orders.services import create_order
 
 PlaceOrders = Callable[..., list[Order]]
 

@@ -315,9 +315,10 @@ def test_a_storm_of_two_different_orders_for_one_id_places_one_of_them(
 
 # Authenticate; look for the key's answer (none); BEGIN; claim; look the id
 # up; SAVEPOINT; read the catalog; insert the order; insert its lines;
+# insert its order.created event; read the tenant's webhook endpoints;
 # RELEASE; store the response; COMMIT. The savepoint lets a PUT that loses
 # the race for the id go on to answer the winner's order.
-PUT_NEW_ORDER_QUERIES = 12
+PUT_NEW_ORDER_QUERIES = 14
 # Authenticate; look for the key's answer; BEGIN; claim; look the id up,
 # with its lines and payments (three queries); store the response; COMMIT.
 PUT_EXISTING_ORDER_QUERIES = 9

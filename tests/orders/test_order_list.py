@@ -13,10 +13,10 @@ from pytest_django import DjangoAssertNumQueries
 from rest_framework.renderers import JSONRenderer
 
 from orders import selectors, services
+from orders.inputs import NewOrder, OrderLine
 from orders.models import Order, Payment
 from orders.rendering import orders_from_rows
 from orders.serializers import OrderOutput, order_etag
-from orders.services import NewOrder, OrderLine
 from tests.orders.conftest import PlaceOrders
 from tests.support.http import Api, body_of
 

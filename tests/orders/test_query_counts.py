@@ -15,10 +15,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # Authenticate; look for the key's answer, which is not there; BEGIN; claim
 # the key (bounding the waits in the same query); read the catalog; insert
-# the order; insert its lines; store the response; COMMIT. No savepoint and
-# nothing read back for the answer. The claim sends the BEGIN and the store
-# the COMMIT: 7 round trips, the look-up's the one the guard adds.
-CREATE_ORDER_QUERIES = 9
+# the order; insert its lines; insert its order.created event; read the
+# tenant's webhook endpoints (none: no delivery to insert); store the
+# response; COMMIT. No savepoint and nothing read back for the answer. The
+# claim sends the BEGIN and the store the COMMIT: 9 round trips, the
+# look-up's the one the guard adds.
+CREATE_ORDER_QUERIES = 11
 # Authenticate; read the key's answer. No transaction, no claim.
 REPLAY_QUERIES = 2
 
@@ -39,7 +41,7 @@ def assert_the_guard_costs_one_round_trip(queries: list[dict[str, str]]) -> None
     """The look-up, and a claim that sends the transaction's BEGIN and a store its COMMIT.
 
     Django logs its BEGIN and COMMIT apart (the third and the last query),
-    but sends nothing for them: a first execution's 9 queries are 7 round
+    but sends nothing for them: a first execution's 11 queries are 9 round
     trips, the command's own and the look-up.
     """
     sent = [q["sql"] for q in queries]

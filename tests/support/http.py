@@ -60,6 +60,12 @@ class Api:
         """PUT ``body`` as JSON (text or bytes are sent as they are)."""
         return self._send(self.client.put, path, body, key, headers)
 
+    def delete(
+        self, path: str, body: Any = None, *, key: str | None = None, **headers: str
+    ) -> ClientResponse:
+        """DELETE, with ``body`` as JSON if there is one."""
+        return self._send(self.client.delete, path, body, key, headers)
+
     def _send(
         self,
         method: Callable[..., ClientResponse],

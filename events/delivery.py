@@ -1,0 +1,222 @@
+"""Delivering an event to a webhook endpoint: one attempt of a ``webhook.deliver`` operation.
+
+The operations app carries deliveries as it carries charges
+(operations.services): the operation's message is published after the
+event's transaction commits, found again by the sweep when lost, claimed
+by compare-and-set, and retried with backoff within a budget
+(``WEBHOOK_MAX_ATTEMPTS``, ``WEBHOOK_RETRY_BACKOFF``). This module is one
+attempt: sign the event's bytes, post them, record what came back.
+
+Deliveries are **at least once**: an attempt whose answer was lost (a
+timeout, a worker killed after the receiver's ``2xx``) is made again, with
+the same body and the same ``webhook-id``, and the receiver deduplicates
+by that id (order_service_client.webhooks' inbox does). The feed, not the
+deliveries, is where exactly once holds.
+
+**One endpoint at a time.** An attempt first takes its endpoint for the
+length of one attempt (``WebhookEndpoint.busy_until``, a compare-and-set);
+if another attempt holds it, this one is postponed, uncounted, until the
+hold ends. So a receiver that is slow to answer holds one worker at most,
+and the others deliver to every other endpoint meanwhile.
+"""
+
+import random
+from datetime import datetime, timedelta
+
+import httpx
+import standardwebhooks
+import structlog
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from events import addresses, metrics
+from events.links import deliveries_path
+from events.models import Delivery, WebhookEndpoint
+from events.rendering import body_of
+from events.services import DELIVER_WEBHOOK
+from operations import registry
+from operations.errors import Postponed, TransientFailure
+from operations.models import Operation
+from operations.registry import Failure
+from operations.services import fail_operation, finish_operation
+
+logger = structlog.get_logger(__name__)
+
+UNDELIVERED = "WebhookUndelivered"
+# How much of a receiver's failure is kept: its status code, and our words.
+_ERROR_LENGTH = 500
+# Beyond the attempt's own timeout, how long the endpoint stays taken: an
+# attempt's hold must outlast the attempt, or two could overlap.
+_HOLD_MARGIN = 5.0
+
+
+class Undelivered(TransientFailure):
+    """The endpoint did not take the event: no 2xx in time, or no answer at all."""
+
+
+def _backoff() -> float:
+    return float(settings.WEBHOOK_RETRY_BACKOFF)
+
+
+def _budget() -> int:
+    return int(settings.WEBHOOK_MAX_ATTEMPTS)
+
+
+# Doubling from WEBHOOK_RETRY_BACKOFF, up to six hours between two attempts:
+# with the defaults (60 s, 8 attempts) the last attempt comes some two hours
+# after the first, which rides out a receiver's deploy or outage of that
+# length. Retries due in more than a minute wait in the database, not in a
+# worker (operations.services.LONGEST_COUNTDOWN).
+RETRY = registry.RetryPolicy(
+    on=(Undelivered,),
+    error=UNDELIVERED,
+    first_delay=_backoff,
+    max_delay=6 * 3600.0,
+    budget=_budget,
+)
+
+
+def give_up(operation: Operation, failure: Failure) -> None:
+    """The attempts ran out: the delivery ends failed, with its last attempt's outcome."""
+    with transaction.atomic():
+        Delivery.objects.filter(pk=operation.result_id, status=Delivery.Status.PENDING).update(
+            status=Delivery.Status.FAILED, next_attempt_at=None, updated_at=timezone.now()
+        )
+        fail_operation(operation, failure)
+    metrics.count_delivery("failed")
+
+
+@registry.register(DELIVER_WEBHOOK, result_path=deliveries_path, retry=RETRY, give_up=give_up)
+def deliver(operation: Operation) -> None:
+    """Post the event to the endpoint, and record the outcome.
+
+    :raises Undelivered: no 2xx; the operation retries after its backoff.
+    :raises Postponed: another attempt holds the endpoint.
+    """
+    delivery = Delivery.objects.select_related("event", "endpoint").get(pk=operation.result_id)
+    if delivery.status != Delivery.Status.PENDING:
+        # Ended meanwhile: its endpoint was disabled.
+        finish_operation(
+            operation,
+            succeeded=delivery.status == Delivery.Status.SUCCEEDED,
+            error_code="" if delivery.status == Delivery.Status.SUCCEEDED else UNDELIVERED,
+            error_message=delivery.last_error,
+        )
+        return
+    endpoint = delivery.endpoint
+    hold = _take(endpoint)
+    try:
+        status_code, error = _post(delivery)
+    finally:
+        _release(endpoint, hold)
+    _record(operation, delivery, status_code, error)
+
+
+def _take(endpoint: WebhookEndpoint) -> datetime:
+    """Hold the endpoint for one attempt; the hold's end.
+
+    :raises Postponed: another attempt holds it; try again once its hold ends.
+    """
+    now = timezone.now()
+    until = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT + _HOLD_MARGIN)
+    taken = (
+        WebhookEndpoint.objects.filter(pk=endpoint.pk)
+        .filter(Q(busy_until__isnull=True) | Q(busy_until__lt=now))
+        .update(busy_until=until)
+    )
+    if taken:
+        return until
+    held_until = (
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).values_list("busy_until", flat=True).first()
+    )
+    remaining = (held_until - now).total_seconds() if held_until else 0.0
+    # Spread over a second: the deliveries waiting for one endpoint do not
+    # all come back at the same instant.
+    raise Postponed(max(0.1, remaining) + random.uniform(0, 1))  # noqa: S311 - not a secret
+
+
+def _release(endpoint: WebhookEndpoint, hold: datetime) -> None:
+    # Only our own hold: if it lapsed and another attempt took the endpoint,
+    # that one keeps it.
+    WebhookEndpoint.objects.filter(pk=endpoint.pk, busy_until=hold).update(busy_until=None)
+
+
+def _post(delivery: Delivery) -> tuple[int | None, str]:
+    """One signed POST of the event; the status code, or None and why there was none."""
+    try:
+        target = addresses.resolve(delivery.endpoint.url)
+    except addresses.Refused as refused:
+        return None, f"Not delivered: {refused}"
+    body = body_of(delivery.event)
+    now = timezone.now()
+    headers = {
+        "content-type": "application/json",
+        "user-agent": "order-service-webhooks",
+        "host": target.host_header(),
+        "webhook-id": delivery.event.id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": standardwebhooks.Webhook(delivery.endpoint.secret).sign(
+            msg_id=delivery.event.id, timestamp=now, data=body.decode()
+        ),
+    }
+    try:
+        with (
+            httpx.Client(
+                timeout=httpx.Timeout(settings.WEBHOOK_TIMEOUT),
+                follow_redirects=False,
+                # No proxy from the environment, and no .netrc credentials.
+                trust_env=False,
+            ) as client,
+            client.stream(
+                "POST",
+                target.address_url(),
+                content=body,
+                headers=headers,
+                extensions={"sni_hostname": target.host},
+            ) as response,
+        ):
+            # The body is not read: a receiver's answer is its status.
+            return response.status_code, ""
+    except httpx.TimeoutException:
+        return None, f"No answer within {settings.WEBHOOK_TIMEOUT:g} s."
+    except httpx.HTTPError as exc:
+        return None, f"Could not deliver: {type(exc).__name__}: {exc}"[:_ERROR_LENGTH]
+
+
+def _record(operation: Operation, delivery: Delivery, status_code: int | None, error: str) -> None:
+    """What the attempt got, on the delivery; the operation ends if the endpoint took the event.
+
+    :raises Undelivered: it did not; the next attempt follows the backoff.
+    """
+    now = timezone.now()
+    delivered = status_code is not None and 200 <= status_code < 300
+    if not delivered and not error:
+        error = f"The endpoint answered {status_code}."
+    last = operation.attempts >= RETRY.budget()
+    next_attempt_at = (
+        None if delivered or last else now + timedelta(seconds=RETRY.delay(operation.attempts))
+    )
+    with transaction.atomic():
+        updated = Delivery.objects.filter(pk=delivery.pk, status=Delivery.Status.PENDING).update(
+            status=Delivery.Status.SUCCEEDED if delivered else Delivery.Status.PENDING,
+            attempts=operation.attempts,
+            last_status_code=status_code,
+            last_error=error[:_ERROR_LENGTH],
+            next_attempt_at=next_attempt_at,
+            updated_at=now,
+        )
+        if delivered and updated:
+            finish_operation(operation, succeeded=True)
+    metrics.count_attempt(status_code)
+    if delivered:
+        metrics.count_delivery("succeeded")
+        return
+    if not updated:
+        # Disabled meanwhile: nothing more is delivered.
+        finish_operation(
+            operation, succeeded=False, error_code=UNDELIVERED, error_message=error[:_ERROR_LENGTH]
+        )
+        return
+    raise Undelivered(error)

@@ -1,0 +1,19 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from events.retention import purge, retention
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete events older than EVENT_RETENTION, with their deliveries (an event whose"
+        " delivery is still pending is kept). Prints how many."
+    )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        result = purge()
+        self.stdout.write(
+            f"Purged {result.deleted} events older than {retention().days} days"
+            f" in {result.seconds:.2f} s ({result.batches} batches)."
+        )

@@ -1,0 +1,214 @@
+"""How the events and webhooks API is described in the OpenAPI schema.
+
+The webhook request itself, what a consumer's endpoint receives, is a
+callback of ``createWebhookEndpoint``: its headers and its body, an
+``Event`` of any registered type.
+"""
+
+from drf_spectacular.utils import (
+    OpenApiCallback,
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
+
+from api.openapi import (
+    CURSOR,
+    INVALID_LIST_QUERY,
+    PAGE_SIZE,
+    cursor_page,
+    not_found,
+    path_id,
+    read_schema,
+    validation_error,
+)
+from events import registry
+from events.serializers import (
+    CreatedWebhookEndpointOutput,
+    CreateWebhookEndpointInput,
+    DeliveryOutput,
+    DisableWebhookEndpointInput,
+    WebhookEndpointOutput,
+    event_schema,
+)
+from idempotency.schema import command_schema
+
+_ENDPOINT_NOT_FOUND = not_found("webhook endpoint", "whe_2n4p6r8t0v2x4z6b8d0f2h4j6")
+_ENDPOINT_BODY = {"url": "https://example.com/webhooks/orders", "eventTypes": ["*"]}
+
+
+list_events = read_schema(
+    operation_id="listEvents",
+    summary="Read the event feed",
+    description=(
+        "The tenant's events, **oldest first**: every order placed or cancelled and every "
+        "payment that succeeded, failed or was refunded, one event per effect however often "
+        "a command was retried. Follow `next` to the end, then poll with `after` set to the "
+        "last event you handled: an event appears only once every event before it has, so "
+        "a consumer that reads this way misses none. Events are kept at least 30 days "
+        "(`EVENT_RETENTION`)."
+    ),
+    tag="events",
+    response=OpenApiResponse(cursor_page(event_schema, "EventPage"), "A page of events."),
+    refusals=[INVALID_LIST_QUERY],
+    parameters=[
+        OpenApiParameter(
+            "after",
+            type=str,
+            description=(
+                "An event id (`evt_…`): start after it. One that names no event of yours "
+                "(or one purged) is `400 ValidationError`."
+            ),
+        ),
+        OpenApiParameter(
+            "type", type=str, enum=registry.types(), description="Only events of this type."
+        ),
+        CURSOR,
+        PAGE_SIZE,
+    ],
+)
+
+
+get_event = read_schema(
+    operation_id="getEvent",
+    summary="Read an event",
+    description="One event, as the feed and its webhook deliveries carry it.",
+    tag="events",
+    response=OpenApiResponse(event_schema(), "The event."),
+    refusals=[not_found("event", "evt_7c9e1g3i5k7m9o1q3s5u7w9y1")],
+    parameters=[path_id("event_id", "evt")],
+)
+
+
+_WEBHOOK_REQUEST = OpenApiCallback(
+    "event",
+    "{$request.body#/url}",
+    extend_schema(
+        summary="An event, delivered to your endpoint",
+        description=(
+            "A `POST` of the event's JSON, the same bytes on every attempt, signed as "
+            "Standard Webhooks defines. Verify the signature over "
+            "`<webhook-id>.<webhook-timestamp>.<body>` with the endpoint's secret, refuse a "
+            "timestamp more than 5 minutes away, and handle each `webhook-id` once: a "
+            "delivery is retried until you answer `2xx` (within `WEBHOOK_TIMEOUT`, 10 s), "
+            "with backoff (`WEBHOOK_RETRY_BACKOFF`, doubling) up to `WEBHOOK_MAX_ATTEMPTS` "
+            "(8) attempts, so you may receive one more than once, and events in any order."
+        ),
+        request=event_schema(),
+        parameters=[
+            OpenApiParameter(
+                "webhook-id",
+                location=OpenApiParameter.HEADER,
+                required=True,
+                type=str,
+                description="The event's id: the same on every attempt. Deduplicate by it.",
+            ),
+            OpenApiParameter(
+                "webhook-timestamp",
+                location=OpenApiParameter.HEADER,
+                required=True,
+                type=int,
+                description="When this attempt was signed, in Unix seconds.",
+            ),
+            OpenApiParameter(
+                "webhook-signature",
+                location=OpenApiParameter.HEADER,
+                required=True,
+                type=str,
+                description=(
+                    "`v1,` and the base64 of HMAC-SHA256 over "
+                    "`<webhook-id>.<webhook-timestamp>.<body>`, keyed by the base64-decoded "
+                    "part of the secret after `whsec_`."
+                ),
+            ),
+        ],
+        responses={
+            200: OpenApiResponse(description="Any `2xx`: delivered; nothing more is sent."),
+            500: OpenApiResponse(
+                description="Anything else, or no answer in time: the delivery is retried."
+            ),
+        },
+    ),
+)
+
+
+create_webhook_endpoint = extend_schema(callbacks=[_WEBHOOK_REQUEST])(
+    command_schema(
+        operation_id="createWebhookEndpoint",
+        summary="Subscribe an endpoint to events",
+        description=(
+            "Every event of the types named is then `POST`ed to the URL (see the callback "
+            "`event`). The answer carries the endpoint's `secret`, which no read shows "
+            "again: replays of this command answer it too, for the key's retention.\n\n"
+            "`400 ValidationError` names `url` when the URL is not `http` or `https`, or its "
+            "host is or resolves to a loopback, private, link-local or multicast address "
+            "(unless the deployment sets `WEBHOOK_ALLOW_PRIVATE_URLS`): the name is resolved "
+            "again at every delivery, and a delivery to such an address is not made. It "
+            "names `url` too when the tenant has `WEBHOOK_ENDPOINTS_PER_TENANT` (16) enabled "
+            "endpoints already."
+        ),
+        tag="webhooks",
+        request=CreateWebhookEndpointInput,
+        responses={201: OpenApiResponse(CreatedWebhookEndpointOutput, "The endpoint is enabled.")},
+        invalid=validation_error(
+            CreateWebhookEndpointInput, {"url": "ftp://example.com", "eventTypes": []}
+        ),
+        location=(201, "the new endpoint"),
+        examples=[OpenApiExample("Every event", value=_ENDPOINT_BODY, request_only=True)],
+    )
+)
+
+
+list_webhook_endpoints = read_schema(
+    operation_id="listWebhookEndpoints",
+    summary="List webhook endpoints",
+    description="The tenant's endpoints, newest first, without their secrets.",
+    tag="webhooks",
+    response=OpenApiResponse(
+        cursor_page(WebhookEndpointOutput, "WebhookEndpointPage"), "A page of endpoints."
+    ),
+    refusals=[INVALID_LIST_QUERY],
+    parameters=[CURSOR, PAGE_SIZE],
+)
+
+
+get_webhook_endpoint = read_schema(
+    operation_id="getWebhookEndpoint",
+    summary="Read a webhook endpoint",
+    description="The endpoint, without its secret.",
+    tag="webhooks",
+    response=OpenApiResponse(WebhookEndpointOutput, "The endpoint."),
+    refusals=[_ENDPOINT_NOT_FOUND],
+    parameters=[path_id("endpoint_id", "whe")],
+)
+
+
+disable_webhook_endpoint = command_schema(
+    operation_id="disableWebhookEndpoint",
+    summary="Disable a webhook endpoint",
+    description=(
+        "Nothing more is delivered to it: its pending deliveries end `failed`. Disabling a "
+        "disabled endpoint answers `200` with it."
+    ),
+    tag="webhooks",
+    request=None,
+    responses={200: OpenApiResponse(WebhookEndpointOutput, "The endpoint is disabled.")},
+    invalid=validation_error(DisableWebhookEndpointInput, {"reason": "no body is taken"}),
+    refusals=[_ENDPOINT_NOT_FOUND],
+    path_parameters=[path_id("endpoint_id", "whe")],
+)
+
+
+list_deliveries = read_schema(
+    operation_id="listWebhookDeliveries",
+    summary="List an endpoint's deliveries",
+    description=(
+        "Newest first: each event's delivery to this endpoint, with its attempts and what "
+        "the last one got (`lastStatusCode`, or `lastError` when no answer came)."
+    ),
+    tag="webhooks",
+    response=OpenApiResponse(cursor_page(DeliveryOutput, "DeliveryPage"), "A page of deliveries."),
+    refusals=[INVALID_LIST_QUERY, _ENDPOINT_NOT_FOUND],
+    parameters=[path_id("endpoint_id", "whe"), CURSOR, PAGE_SIZE],
+)

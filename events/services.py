@@ -1,0 +1,151 @@
+"""Recording events, and the webhook endpoints they are delivered to.
+
+:func:`record_event` is called by the service or handler that makes an
+effect, inside its transaction: the event, and a delivery to each endpoint
+subscribed to its type, commit with the effect or not at all. A command
+that is replayed runs no service, a task that is redelivered finds the
+effect made (every handler's write is a compare-and-set), and a database
+that fails rolls the event back with the effect: so an effect has one
+event, whatever is retried (docs/SPECIFICATION.md §4 rule 13).
+"""
+
+import base64
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Expression, Max, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from accounts.models import Tenant
+from events import addresses
+from events.errors import InvalidWebhookEndpoint, NoSuchWebhookEndpoint
+from events.models import Delivery, Event, WebhookEndpoint, transaction_id
+from operations.services import start_operations
+
+DELIVER_WEBHOOK = "webhook.deliver"
+
+
+def _txid() -> Expression:
+    """The transaction that writes an event (Event.txid).
+
+    PostgreSQL's own id for it (xid8, 64 bits: it never wraps). SQLite lets
+    one writer in at a time, so a counter is as good.
+    """
+    if connection.vendor == "postgresql":
+        return transaction_id(function="pg_current_xact_id")
+    newest = Event.objects.order_by().values(newest=Max("txid"))
+    return Coalesce(Subquery(newest), 0) + 1
+
+
+def record_event(*, tenant: Tenant, type: str, resource: str, data: Mapping[str, Any]) -> Event:
+    """Record that ``type`` happened to ``resource``, and deliver it to the endpoints subscribed.
+
+    Call it in the effect's transaction. Two queries, and two more when an
+    endpoint receives the event (the deliveries, and their operations).
+
+    :raises IntegrityError: the effect has its event already (a bug: the
+        caller's compare-and-set should have found the effect made).
+    """
+    with transaction.atomic(savepoint=False):
+        event = Event.objects.create(
+            tenant=tenant, type=type, resource=resource, data=data, txid=_txid()
+        )
+        receivers = [
+            endpoint
+            for endpoint in WebhookEndpoint.objects.filter(
+                tenant=tenant, status=WebhookEndpoint.Status.ENABLED
+            ).only("id", "event_types")
+            if endpoint.receives(type)
+        ]
+        if receivers:
+            deliveries = Delivery.objects.bulk_create(
+                Delivery(tenant=tenant, event=event, endpoint=endpoint) for endpoint in receivers
+            )
+            start_operations(
+                tenant=tenant,
+                kind=DELIVER_WEBHOOK,
+                result_ids=[delivery.id for delivery in deliveries],
+            )
+    return event
+
+
+# --- Webhook endpoints -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewEndpoint:
+    url: str
+    event_types: Sequence[str]
+
+
+def create_endpoint(*, tenant: Tenant, new_endpoint: NewEndpoint) -> WebhookEndpoint:
+    """Make a webhook endpoint with a new secret.
+
+    :raises InvalidWebhookEndpoint: the URL is not one the service calls
+        (events.addresses), or the tenant has ``WEBHOOK_ENDPOINTS_PER_TENANT``
+        enabled endpoints already.
+    """
+    try:
+        addresses.resolve(new_endpoint.url)
+    except addresses.Refused as refused:
+        raise InvalidWebhookEndpoint(details={"url": [str(refused)]}) from None
+    limit = settings.WEBHOOK_ENDPOINTS_PER_TENANT
+    with transaction.atomic(savepoint=False):
+        # The tenant's row lock: two creates at once cannot both pass the count.
+        list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+        enabled = WebhookEndpoint.objects.filter(
+            tenant=tenant, status=WebhookEndpoint.Status.ENABLED
+        ).count()
+        if enabled >= limit:
+            raise InvalidWebhookEndpoint(
+                f"A tenant has at most {limit} enabled webhook endpoints.",
+                details={"url": [f"At most {limit} enabled endpoints: disable one first."]},
+            )
+        return WebhookEndpoint.objects.create(
+            tenant=tenant,
+            url=new_endpoint.url,
+            event_types=list(dict.fromkeys(new_endpoint.event_types)),
+            secret=new_secret(),
+        )
+
+
+def new_secret() -> str:
+    """``whsec_`` and the base64 of 32 random bytes, as Standard Webhooks spells a secret."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+ENDPOINT_DISABLED = "The endpoint was disabled before the event was delivered."
+
+
+def disable_endpoint(*, tenant: Tenant, endpoint_id: str) -> WebhookEndpoint:
+    """Deliver nothing more to the endpoint; its pending deliveries end failed.
+
+    Disabling a disabled endpoint changes nothing.
+
+    :raises NoSuchWebhookEndpoint: no such endpoint in this tenant.
+    """
+    with transaction.atomic(savepoint=False):
+        endpoint = (
+            WebhookEndpoint.objects.select_for_update()
+            .filter(tenant=tenant, pk=endpoint_id)
+            .first()
+        )
+        if endpoint is None:
+            raise NoSuchWebhookEndpoint(f"No webhook endpoint {endpoint_id}.")
+        if endpoint.status == WebhookEndpoint.Status.DISABLED:
+            return endpoint
+        endpoint.status = WebhookEndpoint.Status.DISABLED
+        endpoint.save(update_fields=["status", "updated_at"])
+        # Their operations find them ended, and end too (events.delivery).
+        Delivery.objects.filter(endpoint=endpoint, status=Delivery.Status.PENDING).update(
+            status=Delivery.Status.FAILED,
+            last_error=ENDPOINT_DISABLED,
+            next_attempt_at=None,
+            updated_at=timezone.now(),
+        )
+    return endpoint
