@@ -478,6 +478,9 @@ LOGGING = {
         # Every request is logged once, by api.middleware; Django's own
         # line per 4xx/5xx would repeat it (5xx tracebacks are still logged).
         "django.request": {"level": "ERROR"},
+        # httpx logs each webhook delivery's request at INFO, by the address
+        # it connected to; events.delivery records the outcome itself.
+        "httpx": {"level": "WARNING"},
         "django.server": {"level": "ERROR"},
         # django-axes announces itself in every process; its warnings of
         # failed and locked-out logins still come through.

@@ -300,12 +300,14 @@ def _retry_later(operation: Operation, retry: _Retry) -> None:
 
     Should that message be lost, the sweep publishes the operation again
     once the retry is overdue. A retry due later than ``LONGEST_COUNTDOWN``
-    gets no message now: the sweep publishes it when it is due. A postponed
-    attempt gives its count back.
+    gets no message now: the sweep publishes it when it is due. Nor does a
+    postponed attempt, which gives its count back: the sweep publishes it
+    when its delay is over, or whoever it waits for sooner
+    (:func:`publish_waiting`).
     """
     now = timezone.now()
     due = now + timedelta(seconds=retry.delay)
-    held = retry.delay <= LONGEST_COUNTDOWN
+    held = retry.failure is not None and retry.delay <= LONGEST_COUNTDOWN
     changes: dict[str, object] = {"claimed_until": None, "updated_at": now}
     if retry.failure is None:
         changes["attempts"] = F("attempts") - 1
@@ -336,6 +338,32 @@ def _retry_later(operation: Operation, retry: _Retry) -> None:
         )
     if held:
         _publish(operation.id, operation.trace_id, published_at=now, countdown=retry.delay)
+
+
+def publish_waiting(operation_id: str) -> bool:
+    """Publish now an operation that waits without a message; False if it does not.
+
+    For the work an operation waits on, once it is done: a webhook delivery
+    postponed while another held its endpoint is sent as that one ends,
+    not when its postponement is over. The row records the message before
+    it is sent, and only if none was out, so a sweep at the same moment
+    does not send a second.
+    """
+    now = timezone.now()
+    recorded = Operation.objects.filter(
+        pk=operation_id,
+        status=Operation.Status.PROCESSING,
+        published_at__isnull=True,
+        claimed_until__isnull=True,
+    ).update(
+        published_at=now,
+        publications=F("publications") + 1,
+        republish_at=now + _stale_after(),
+    )
+    if recorded:
+        trace_id = Operation.objects.filter(pk=operation_id).values_list("trace_id", flat=True)
+        _publish(operation_id, trace_id.first() or "", published_at=now)
+    return bool(recorded)
 
 
 def fail_operation(operation: Operation, failure: Failure) -> None:
