@@ -68,9 +68,7 @@ def create_webhook_endpoint(body: dict[str, Any]) -> Request:
 
 
 def disable_webhook_endpoint(endpoint_id: str, body: Any = None) -> Request:
-    return Request(
-        "disableWebhookEndpoint", "delete", f"/v1/webhook-endpoints/{endpoint_id}", body
-    )
+    return Request("disableWebhookEndpoint", "delete", f"/v1/webhook-endpoints/{endpoint_id}", body)
 
 
 # A public address, literally: no name to resolve, and nothing is sent to it
