@@ -6,7 +6,7 @@ subscribed to its type, commit with the effect or not at all. A command
 that is replayed runs no service, a task that is redelivered finds the
 effect made (every handler's write is a compare-and-set), and a database
 that fails rolls the event back with the effect: so an effect has one
-event, whatever is retried (docs/SPECIFICATION.md §4 rule 13).
+event, whatever is retried (docs/SPECIFICATION.md §4 rule 11).
 """
 
 import base64

@@ -4,7 +4,7 @@ Registered with the events app (events.registry) with the serializer of
 their ``data``: the resource as its read endpoint shows it. Each function
 below is called by the service or handler that has just made the effect,
 in its transaction, after its compare-and-set has found the effect not
-made yet (docs/SPECIFICATION.md §4 rule 13).
+made yet (docs/SPECIFICATION.md §4 rule 11).
 """
 
 from events import registry

@@ -1,6 +1,6 @@
 """The feed: one event per effect, in the effect's transaction, as its resource read then.
 
-docs/SPECIFICATION.md §4 rule 13. The events of commands are checked in
+docs/SPECIFICATION.md §4 rules 11 and 12. The events of commands are checked in
 the test's transaction; those of a worker's charge and refund with a real
 worker (tests/events/test_feed_from_the_worker.py).
 """

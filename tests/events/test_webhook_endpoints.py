@@ -1,6 +1,6 @@
 """Webhook endpoints: commands to create and disable them, reads without the secret, SSRF refused.
 
-docs/SPECIFICATION.md §4 rule 14.
+docs/SPECIFICATION.md §4 rule 13.
 """
 
 from typing import Any

@@ -48,6 +48,8 @@ REAL_COMMANDS = {
     "PUT v1/orders/<str:order_id> (OrderDetail.put)",
     "POST v1/orders/<id:order_id>/cancel (OrderCancel.post)",
     "POST v1/payments (PaymentCollection.post)",
+    "POST v1/webhook-endpoints (WebhookEndpointCollection.post)",
+    "DELETE v1/webhook-endpoints/<id:endpoint_id> (WebhookEndpointDetail.delete)",
 }
 
 Patterns = Sequence[URLPattern | URLResolver]
