@@ -409,6 +409,7 @@ back as `cursor`; `pageSize` is an integer from 1 to 200 (default 50).
         "api.openapi.require_every_output_field",
         "idempotency.schema.describe_policy",
         "orders.schema.add_links",
+        "events.schema.add_webhook_headers",
     ],
 }
 

@@ -5,6 +5,9 @@ callback of ``createWebhookEndpoint``: its headers and its body, an
 ``Event`` of any registered type.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from drf_spectacular.utils import (
     OpenApiCallback,
     OpenApiExample,
@@ -96,33 +99,6 @@ _WEBHOOK_REQUEST = OpenApiCallback(
             "(8) attempts, so you may receive one more than once, and events in any order."
         ),
         request=event_schema(),
-        parameters=[
-            OpenApiParameter(
-                "webhook-id",
-                location=OpenApiParameter.HEADER,
-                required=True,
-                type=str,
-                description="The event's id: the same on every attempt. Deduplicate by it.",
-            ),
-            OpenApiParameter(
-                "webhook-timestamp",
-                location=OpenApiParameter.HEADER,
-                required=True,
-                type=int,
-                description="When this attempt was signed, in Unix seconds.",
-            ),
-            OpenApiParameter(
-                "webhook-signature",
-                location=OpenApiParameter.HEADER,
-                required=True,
-                type=str,
-                description=(
-                    "`v1,` and the base64 of HMAC-SHA256 over "
-                    "`<webhook-id>.<webhook-timestamp>.<body>`, keyed by the base64-decoded "
-                    "part of the secret after `whsec_`."
-                ),
-            ),
-        ],
         responses={
             200: OpenApiResponse(description="Any `2xx`: delivered; nothing more is sent."),
             500: OpenApiResponse(
@@ -133,31 +109,73 @@ _WEBHOOK_REQUEST = OpenApiCallback(
 )
 
 
-create_webhook_endpoint = extend_schema(callbacks=[_WEBHOOK_REQUEST])(
-    command_schema(
-        operation_id="createWebhookEndpoint",
-        summary="Subscribe an endpoint to events",
-        description=(
-            "Every event of the types named is then `POST`ed to the URL (see the callback "
-            "`event`). The answer carries the endpoint's `secret`, which no read shows "
-            "again: replays of this command answer it too, for the key's retention.\n\n"
-            "`400 ValidationError` names `url` when the URL is not `http` or `https`, or its "
-            "host is or resolves to a loopback, private, link-local or multicast address "
-            "(unless the deployment sets `WEBHOOK_ALLOW_PRIVATE_URLS`): the name is resolved "
-            "again at every delivery, and a delivery to such an address is not made. It "
-            "names `url` too when the tenant has `WEBHOOK_ENDPOINTS_PER_TENANT` (16) enabled "
-            "endpoints already."
-        ),
-        tag="webhooks",
-        request=CreateWebhookEndpointInput,
-        responses={201: OpenApiResponse(CreatedWebhookEndpointOutput, "The endpoint is enabled.")},
-        invalid=validation_error(
-            CreateWebhookEndpointInput, {"url": "ftp://example.com", "eventTypes": []}
-        ),
-        location=(201, "the new endpoint"),
-        examples=[OpenApiExample("Every event", value=_ENDPOINT_BODY, request_only=True)],
-    )
+_create_webhook_endpoint = command_schema(
+    operation_id="createWebhookEndpoint",
+    summary="Subscribe an endpoint to events",
+    description=(
+        "Every event of the types named is then `POST`ed to the URL (see the callback "
+        "`event`). The answer carries the endpoint's `secret`, which no read shows "
+        "again: replays of this command answer it too, for the key's retention.\n\n"
+        "`400 ValidationError` names `url` when the URL is not `http` or `https`, or its "
+        "host is or resolves to a loopback, private, link-local or multicast address "
+        "(unless the deployment sets `WEBHOOK_ALLOW_PRIVATE_URLS`): the name is resolved "
+        "again at every delivery, and a delivery to such an address is not made. It "
+        "names `url` too when the tenant has `WEBHOOK_ENDPOINTS_PER_TENANT` (16) enabled "
+        "endpoints already."
+    ),
+    tag="webhooks",
+    request=CreateWebhookEndpointInput,
+    responses={201: OpenApiResponse(CreatedWebhookEndpointOutput, "The endpoint is enabled.")},
+    invalid=validation_error(
+        CreateWebhookEndpointInput, {"url": "ftp://example.com", "eventTypes": []}
+    ),
+    location=(201, "the new endpoint"),
+    examples=[OpenApiExample("Every event", value=_ENDPOINT_BODY, request_only=True)],
 )
+
+
+# The delivery's headers. drf-spectacular writes no parameters for a
+# callback's operation, so a post-processing hook adds them
+# (SPECTACULAR_SETTINGS).
+WEBHOOK_HEADERS = [
+    {
+        "in": "header",
+        "name": "webhook-id",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "The event's id, `evt_…`: the same on every attempt. Deduplicate by it.",
+    },
+    {
+        "in": "header",
+        "name": "webhook-timestamp",
+        "required": True,
+        "schema": {"type": "integer"},
+        "description": "When this attempt was signed, in Unix seconds.",
+    },
+    {
+        "in": "header",
+        "name": "webhook-signature",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": (
+            "`v1,` and the base64 of HMAC-SHA256 over `<webhook-id>.<webhook-timestamp>.<body>`, "
+            "keyed by the base64-decoded part of the secret after `whsec_`."
+        ),
+    },
+]
+
+
+def add_webhook_headers(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A post-processing hook: the Standard Webhooks headers on the delivery's callback."""
+    command = result["paths"]["/v1/webhook-endpoints"]["post"]
+    for path_item in command["callbacks"]["event"].values():
+        path_item["post"]["parameters"] = WEBHOOK_HEADERS
+    return result
+
+
+def create_webhook_endpoint(view: Callable[..., Any]) -> Callable[..., Any]:
+    """The command's schema, and the request its endpoint will receive (a callback)."""
+    return extend_schema(callbacks=[_WEBHOOK_REQUEST])(_create_webhook_endpoint(view))
 
 
 list_webhook_endpoints = read_schema(
