@@ -138,7 +138,9 @@ def _event_of_type(event_type: registry.EventType) -> type[serializers.Serialize
 
 
 @cache
-def _events_of_each_type() -> dict[str, type[serializers.Serializer[Any]]]:
+def _events_of_each_type() -> dict[
+    str, serializers.Serializer[Any] | type[serializers.Serializer[Any]]
+]:
     # Made once: each schema component is one class, wherever it is used.
     return {t.name: _event_of_type(t) for t in registry.registrations()}
 

@@ -15,12 +15,13 @@ from django.urls import reverse
 from pytest_django import Settings
 
 from accounts.models import ApiToken, Principal, Tenant
+from events.models import Delivery, Event, WebhookEndpoint
 from idempotency.admin import RESPONSE_BODY_PREVIEW_BYTES
 from idempotency.models import IdempotencyKey, StoredAnswer
 from operations.models import Operation
 from orders.models import Order, Payment, Product
 from provider.models import Attempt, LedgerEntry
-from tests.support.http import Api
+from tests.support.http import Api, body_of
 
 pytestmark = pytest.mark.django_db
 
@@ -354,3 +355,23 @@ def test_a_token_page_shows_its_prefix_but_not_its_digest(admin_client: Client, 
     assert api_token.prefix in page_text(response)
     assert api_token.digest not in page_text(response)
     assert 'name="_save"' not in page_text(response)
+
+
+def test_webhook_endpoints_are_shown_read_only_and_never_with_their_secret(
+    admin_client: Client, api: Api
+) -> None:
+    created = api.post(
+        "/v1/webhook-endpoints",
+        {"url": "https://192.0.32.10/hooks", "eventTypes": ["*"]},
+        key="subscribe",
+    )
+    endpoint = body_of(created)
+
+    page = admin_client.get(f"/admin/events/webhookendpoint/{endpoint['id']}/change/")
+
+    assert endpoint["url"] in page_text(page)
+    assert endpoint["secret"] not in page_text(page)
+    for model in (Event, WebhookEndpoint, Delivery):
+        model_admin = admin.site._registry[model]
+        assert model_admin.has_change_permission(page.wsgi_request) is False
+        assert model_admin.has_add_permission(page.wsgi_request) is False
