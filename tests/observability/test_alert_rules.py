@@ -162,6 +162,9 @@ def test_the_rules_read_these_metrics_of_the_service() -> None:
         "operations_oldest_processing_age_seconds",
         "provider_calls_total",
         "service_ready",
+        "webhook_deliveries_total",
+        "webhook_endpoints_failing",
+        "webhook_oldest_pending_delivery_age_seconds",
     }
     assert patroni_metric_names_in_rules() == {"patroni_primary", "patroni_sync_standby"}
 
