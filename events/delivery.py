@@ -22,7 +22,11 @@ sends the oldest waiting delivery of it as it lets the endpoint go
 waiting ones after ``_WAIT_FOR_RELEASE``. So a receiver that is slow to
 answer holds one worker at most, and the others deliver to every other
 endpoint meanwhile; the price is that one endpoint takes one delivery at a
-time (an endpoint that answers in 50 ms takes some 15 a second).
+time (an endpoint that answers in 50 ms takes some 15 a second). The limit
+of it: each phase of an attempt is bounded, not the attempt as a whole, so
+a receiver that sends its answer a byte at a time, each within the
+timeout, can outlast the hold, and the next attempt then takes the
+endpoint beside it.
 """
 
 from datetime import datetime, timedelta
@@ -49,15 +53,21 @@ from operations.services import fail_operation, finish_operation, publish_waitin
 logger = structlog.get_logger(__name__)
 
 UNDELIVERED = "WebhookUndelivered"
+# The error of a delivery's operation ended by disabling its endpoint: not
+# an exhausted budget (operations_attempts_exhausted_total leaves it out).
+ENDPOINT_DISABLED = "WebhookEndpointDisabled"
 # How much of a receiver's failure is kept: its status code, and our words.
 _ERROR_LENGTH = 500
-# Beyond the attempt's own timeout, how long the endpoint stays taken: an
-# attempt's hold must outlast the attempt, or two could overlap.
+# How long an attempt holds its endpoint, beyond its phases: the name's
+# resolution, then connecting, sending and waiting for the answer, each
+# bounded by WEBHOOK_TIMEOUT. The hold must outlast the attempt, or a second
+# attempt could take the endpoint while the first still waits.
 _HOLD_MARGIN = 5.0
 # How long a postponed delivery waits at most for the attempt that holds its
-# endpoint to send it on (seconds): only if that attempt's worker died. A
-# minute keeps the deliveries waiting for one endpoint from polling it.
-_WAIT_FOR_RELEASE = 60.0
+# endpoint to send it on (seconds): only if that attempt's worker died. Five
+# minutes: the deliveries waiting for one slow endpoint cost one message
+# each per five minutes, not a poll of it.
+_WAIT_FOR_RELEASE = 300.0
 
 
 class Undelivered(TransientFailure):
@@ -106,10 +116,11 @@ def deliver(operation: Operation) -> None:
     delivery = Delivery.objects.select_related("event", "endpoint").get(pk=operation.result_id)
     if delivery.status != Delivery.Status.PENDING:
         # Ended meanwhile: its endpoint was disabled.
+        succeeded = delivery.status == Delivery.Status.SUCCEEDED
         finish_operation(
             operation,
-            succeeded=delivery.status == Delivery.Status.SUCCEEDED,
-            error_code="" if delivery.status == Delivery.Status.SUCCEEDED else UNDELIVERED,
+            succeeded=succeeded,
+            error_code="" if succeeded else ENDPOINT_DISABLED,
             error_message=delivery.last_error,
         )
         return
@@ -128,7 +139,8 @@ def _take(endpoint: WebhookEndpoint) -> datetime:
     :raises Postponed: another attempt holds it; try again once its hold ends.
     """
     now = timezone.now()
-    until = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT + _HOLD_MARGIN)
+    longest = addresses.RESOLVE_TIMEOUT + 3 * settings.WEBHOOK_TIMEOUT + _HOLD_MARGIN
+    until = now + timedelta(seconds=longest)
     taken = (
         WebhookEndpoint.objects.filter(pk=endpoint.pk)
         .filter(Q(busy_until__isnull=True) | Q(busy_until__lt=now))
@@ -239,7 +251,10 @@ def _record(operation: Operation, delivery: Delivery, status_code: int | None, e
     if not updated:
         # Disabled meanwhile: nothing more is delivered.
         finish_operation(
-            operation, succeeded=False, error_code=UNDELIVERED, error_message=error[:_ERROR_LENGTH]
+            operation,
+            succeeded=False,
+            error_code=ENDPOINT_DISABLED,
+            error_message=error[:_ERROR_LENGTH],
         )
         return
     raise Undelivered(error)

@@ -1,15 +1,17 @@
 """Webhook deliveries at ``/metrics``.
 
-Read from the database at scrape time, by the web nodes, each an index
-probe whatever the backlog:
+Read from the database at scrape time, by the web nodes:
 
 - ``webhook_oldest_pending_delivery_age_seconds``: how long the oldest
   delivery still pending has waited since its event (0: none is). It
   rises when a receiver is down (each of its deliveries waits out its
-  backoff), and when no worker delivers;
-- ``webhook_endpoints_failing``: enabled endpoints whose newest attempted
-  delivery is pending after a failed attempt (a receiver that answers
-  errors, times out or cannot be reached).
+  backoff), and when no worker delivers. An index probe;
+- ``webhook_endpoints_failing``: enabled endpoints with a pending delivery
+  that has failed an attempt (a receiver that answers errors, times out or
+  cannot be reached). It falls as those deliveries succeed or end, so it
+  lags a recovered receiver by up to its deliveries' backoff. It reads
+  every enabled endpoint and their pending deliveries: bounded by what is
+  pending, not by history.
 
 Counted by the workers, at a worker's own metrics
 (observability/worker_metrics.py):

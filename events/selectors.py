@@ -34,9 +34,10 @@ def feed_of(
     the feed is ordered by the writing transaction's id, and shows an event
     only once every transaction older than its own has ended (PostgreSQL's
     snapshot ``xmin``): by then no other event can appear before it. The
-    price is a lag behind the oldest transaction still running, which a
-    command's bound (``IDEMPOTENCY_LOCK_TIMEOUT``) bounds, and is
-    milliseconds in practice. On SQLite writers take turns, and the order
+    price is a lag behind the oldest transaction still running that has
+    written anything, on the whole PostgreSQL server (transaction ids are
+    the server's, not one database's): milliseconds for the service's own,
+    whose commands ``IDEMPOTENCY_LOCK_TIMEOUT`` bounds. On SQLite writers take turns, and the order
     of insertion is the order of commit.
 
     :raises InvalidListQuery: ``type`` is not an event type, or ``after``

@@ -1,10 +1,11 @@
 from argparse import ArgumentParser
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from operations import registry
+from operations.models import Operation
 from operations.selectors import age, most_attempted, oldest_processing, tallies
 
 
@@ -38,7 +39,6 @@ class Command(BaseCommand):
         if limit < 0:
             raise CommandError("--limit must be at least 0.")
         now = timezone.now()
-        budget = settings.OPERATION_MAX_ATTEMPTS
         write = self.stdout.write
 
         counted = tallies()
@@ -60,11 +60,11 @@ class Command(BaseCommand):
             else:
                 write(
                     f"  {kind:<16} {oldest.id}  {_duration(age(oldest, now))} old,"
-                    f" attempt {oldest.attempts} of {budget}"
+                    f" attempt {oldest.attempts} of {_budget(oldest)}"
                 )
 
         write("")
-        write(f"Processing operations with the most attempts (budget {budget}):")
+        write("Processing operations with the most attempts (of their kind's budget):")
         listed = most_attempted(limit)
         if not listed:
             write("  none")
@@ -75,7 +75,16 @@ class Command(BaseCommand):
                 else "-"
             )
             write(
-                f"  {operation.id}  {operation.kind:<16} attempts {operation.attempts}/{budget}"
+                f"  {operation.id}  {operation.kind:<16}"
+                f" attempts {operation.attempts}/{_budget(operation)}"
                 f"  copies {max(0, operation.publications - 1)}"
                 f"  {_duration(age(operation, now))} old  last failure: {last}"
             )
+
+
+def _budget(operation: Operation) -> int | str:
+    """The operation's attempt budget: its kind's (OPERATION_MAX_ATTEMPTS, WEBHOOK_MAX_ATTEMPTS)."""
+    try:
+        return registry.kind_of(operation).retry.budget()
+    except LookupError:
+        return "?"
