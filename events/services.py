@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Expression, Max, Subquery
+from django.db.models import Expression, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -38,7 +38,7 @@ def _txid() -> Expression:
     """
     if connection.vendor == "postgresql":
         return transaction_id(function="pg_current_xact_id")
-    newest = Event.objects.order_by().values(newest=Max("txid"))
+    newest = Event.objects.order_by("-txid").values("txid")[:1]
     return Coalesce(Subquery(newest), 0) + 1
 
 

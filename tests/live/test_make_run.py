@@ -139,6 +139,14 @@ def test_make_run_serves_and_stops_everything_once(
         while requests.get(operation, headers=headers, timeout=5).json()["status"] != "succeeded":
             assert time.monotonic() < deadline, "the payment never succeeded"
             time.sleep(0.1)
+        # The feed on the embedded database: an event per effect, in order,
+        # each after the one before (SQLite numbers the transactions itself).
+        feed = requests.get(service.url("/v1/events"), headers=headers, timeout=5).json()
+        assert [e["type"] for e in feed["results"]] == ["order.created", "payment.succeeded"]
+        after = requests.get(
+            service.url(f"/v1/events?after={feed['results'][0]['id']}"), headers=headers, timeout=5
+        ).json()
+        assert after["results"] == feed["results"][1:]
 
         started = time.monotonic()
         stop(make)
