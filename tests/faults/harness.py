@@ -213,19 +213,27 @@ class Deployment:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         return sorted(int(child) for child in children)
 
-    def start_worker(self, **env: str) -> subprocess.Popen[bytes]:
-        """A Celery worker (one process, one task at a time), connected when this returns.
+    def start_worker(
+        self, *, pool: str = "solo", concurrency: int = 1, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """A Celery worker, connected when this returns.
 
-        It runs in a session of its own, so that a kill reaches it alone.
+        One process, one task at a time, unless ``pool`` says otherwise:
+        ``pool="prefork", concurrency=2`` runs two tasks at once in child
+        processes, as docker-compose.yml's worker does (on two cores). It
+        runs in a session of its own, so that a kill reaches it alone.
         """
         log = self.var_dir / f"worker-{len(self.workers)}.log"
+        # solo has no concurrency to set: its one task runs in the worker.
+        concurrent = [] if pool == "solo" else [f"--concurrency={concurrency}"]
         worker = subprocess.Popen(
             [
                 str(BIN / "celery"),
                 "-A",
                 "config",
                 "worker",
-                "--pool=solo",
+                f"--pool={pool}",
+                *concurrent,
                 "--without-mingle",
                 "--without-gossip",
                 "--loglevel=INFO",
