@@ -3,7 +3,8 @@
 The demo's last line is its verdict, counted from the database and the
 provider's ledger: these tests hold it to "0 duplicates" with the share of
 dropped answers the README promises, on the embedded default and on
-PostgreSQL and Redis.
+PostgreSQL and Redis. Its webhook line is held to every event of the feed
+(an order and a payment per action) handled once by its receiver.
 """
 
 import re
@@ -19,6 +20,10 @@ from tests.support.live import ROOT, base_env, suite_database_env
 ORDERS = 10
 VERDICT = re.compile(r"^demo: (\d+) orders, (\d+) charges, (\d+) retries, (\d+) duplicates$")
 DROPPED = re.compile(r"^proxy: \d+ requests, (\d+) of (\d+) answers dropped")
+WEBHOOKS = re.compile(
+    r"^webhooks: (\d+) events in the feed, (\d+) deliveries received, (\d+) handled,"
+    r" (\d+) handled twice$"
+)
 
 
 def run_demo(env: dict[str, str]) -> list[str]:
@@ -42,6 +47,11 @@ def assert_exactly_once(lines: list[str]) -> None:
     lost, answered = map(int, dropped.groups())
     assert lost / answered >= 0.3
     assert retries >= lost
+    (webhooks,) = [m for m in map(WEBHOOKS.match, lines) if m]
+    events, received, handled, handled_twice = map(int, webhooks.groups())
+    # order.created and payment.succeeded of each action.
+    assert (events, handled, handled_twice) == (2 * ORDERS, 2 * ORDERS, 0)
+    assert received >= handled
 
 
 def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
