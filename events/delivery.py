@@ -97,13 +97,26 @@ RETRY = registry.RetryPolicy(
 
 
 def give_up(operation: Operation, failure: Failure) -> None:
-    """The attempts ran out: the delivery ends failed, with its last attempt's outcome."""
+    """The attempts ran out: the delivery ends failed, with its last attempt's outcome.
+
+    Its last attempt may have died holding the endpoint: the hold is let go,
+    and the delivery waiting longest for the endpoint sent on.
+    """
     with transaction.atomic():
         Delivery.objects.filter(pk=operation.result_id, status=Delivery.Status.PENDING).update(
             status=Delivery.Status.FAILED, next_attempt_at=None, updated_at=timezone.now()
         )
         fail_operation(operation, failure)
     metrics.count_delivery("failed")
+    endpoint_id = (
+        Delivery.objects.filter(pk=operation.result_id)
+        .values_list("endpoint_id", flat=True)
+        .first()
+    )
+    if endpoint_id is not None and WebhookEndpoint.objects.filter(
+        pk=endpoint_id, busy_by=operation.pk
+    ).update(busy_until=None, busy_by=""):
+        _send_next(endpoint_id, operation.tenant_id)
 
 
 @registry.register(DELIVER_WEBHOOK, result_path=deliveries_path, retry=RETRY, give_up=give_up)
@@ -125,7 +138,7 @@ def deliver(operation: Operation) -> None:
         )
         return
     endpoint = delivery.endpoint
-    hold = _take(endpoint)
+    hold = _take(endpoint, operation)
     try:
         status_code, error = _post(delivery)
     finally:
@@ -133,37 +146,51 @@ def deliver(operation: Operation) -> None:
     _record(operation, delivery, status_code, error)
 
 
-def _take(endpoint: WebhookEndpoint) -> datetime:
-    """Hold the endpoint for one attempt; the hold's end.
+def _take(endpoint: WebhookEndpoint, operation: Operation) -> datetime:
+    """Hold the endpoint for one attempt of ``operation``; the hold's end.
 
-    :raises Postponed: another attempt holds it; try again once its hold ends.
+    Free, or held past its end, or held by an earlier attempt of the same
+    operation (whose worker died in it), it is taken.
+
+    :raises Postponed: another operation's attempt holds it.
     """
     now = timezone.now()
     longest = addresses.RESOLVE_TIMEOUT + 3 * settings.WEBHOOK_TIMEOUT + _HOLD_MARGIN
     until = now + timedelta(seconds=longest)
     taken = (
         WebhookEndpoint.objects.filter(pk=endpoint.pk)
-        .filter(Q(busy_until__isnull=True) | Q(busy_until__lt=now))
-        .update(busy_until=until)
+        .filter(Q(busy_until__isnull=True) | Q(busy_until__lt=now) | Q(busy_by=operation.pk))
+        .update(busy_until=until, busy_by=operation.pk)
     )
     if not taken:
-        raise Postponed(_WAIT_FOR_RELEASE)
+        raise Postponed(_WAIT_FOR_RELEASE, unless=lambda: _is_free(endpoint.pk))
     return until
+
+
+def _is_free(endpoint_id: str) -> bool:
+    return WebhookEndpoint.objects.filter(pk=endpoint_id, busy_until__isnull=True).exists()
 
 
 def _release(endpoint: WebhookEndpoint, hold: datetime) -> None:
     """Let the endpoint go, and send the delivery that has waited longest for it."""
     # Only our own hold: if it lapsed and another attempt took the endpoint,
     # that one keeps it.
-    WebhookEndpoint.objects.filter(pk=endpoint.pk, busy_until=hold).update(busy_until=None)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk, busy_until=hold).update(
+        busy_until=None, busy_by=""
+    )
+    _send_next(endpoint.pk, endpoint.tenant_id)
+
+
+def _send_next(endpoint_id: str, tenant_id: int) -> None:
+    """Publish the postponed delivery of the endpoint that has waited longest, if any."""
     now = timezone.now()
     # Postponed deliveries: pending, with no backoff still to wait out.
-    due = Delivery.objects.filter(endpoint=endpoint, status=Delivery.Status.PENDING).filter(
+    due = Delivery.objects.filter(endpoint=endpoint_id, status=Delivery.Status.PENDING).filter(
         Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
     )
     waiting = (
         Operation.objects.filter(
-            tenant=endpoint.tenant_id,
+            tenant=tenant_id,
             kind=DELIVER_WEBHOOK,
             status=Operation.Status.PROCESSING,
             published_at__isnull=True,

@@ -18,3 +18,16 @@ class InvalidWebhookEndpoint(ApplicationError):
     code = "ValidationError"
     title = "Validation failed"
     default_message = "The request body is not valid; see details."
+
+
+class TooManyWebhookEndpoints(ApplicationError):
+    """The tenant has ``WEBHOOK_ENDPOINTS_PER_TENANT`` enabled endpoints already.
+
+    A conflict with the state of the collection, not a fault of the
+    request: the same body succeeds once an endpoint is disabled.
+    """
+
+    status_code = 409
+    code = "TooManyWebhookEndpoints"
+    title = "Too many webhook endpoints"
+    default_message = "The tenant has the most enabled webhook endpoints it may: disable one first."

@@ -91,6 +91,9 @@ class WebhookEndpoint(models.Model):
     # hold lapses: one attempt at a time per endpoint, so that a slow one
     # holds one worker at most (events.delivery).
     busy_until = models.DateTimeField(null=True, blank=True)
+    # The operation whose attempt holds it: that operation's next attempt
+    # takes the hold over at once (its worker died mid-attempt).
+    busy_by = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

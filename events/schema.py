@@ -20,6 +20,7 @@ from api.openapi import (
     CURSOR,
     INVALID_LIST_QUERY,
     PAGE_SIZE,
+    Refusal,
     cursor_page,
     not_found,
     path_id,
@@ -27,6 +28,7 @@ from api.openapi import (
     validation_error,
 )
 from events import registry
+from events.errors import TooManyWebhookEndpoints
 from events.serializers import (
     CreatedWebhookEndpointOutput,
     CreateWebhookEndpointInput,
@@ -119,9 +121,7 @@ _create_webhook_endpoint = command_schema(
         "`400 ValidationError` names `url` when the URL is not `http` or `https`, or its "
         "host is or resolves to a loopback, private, link-local or multicast address "
         "(unless the deployment sets `WEBHOOK_ALLOW_PRIVATE_URLS`): the name is resolved "
-        "again at every delivery, and a delivery to such an address is not made. It "
-        "names `url` too when the tenant has `WEBHOOK_ENDPOINTS_PER_TENANT` (16) enabled "
-        "endpoints already."
+        "again at every delivery, and a delivery to such an address is not made."
     ),
     tag="webhooks",
     request=CreateWebhookEndpointInput,
@@ -129,6 +129,15 @@ _create_webhook_endpoint = command_schema(
     invalid=validation_error(
         CreateWebhookEndpointInput, {"url": "ftp://example.com", "eventTypes": []}
     ),
+    refusals=[
+        Refusal(
+            TooManyWebhookEndpoints(
+                "A tenant has at most 16 enabled webhook endpoints: disable one first."
+            ),
+            "the tenant has `WEBHOOK_ENDPOINTS_PER_TENANT` (16) enabled endpoints already: "
+            "disable one first.",
+        )
+    ],
     location=(201, "the new endpoint"),
     examples=[OpenApiExample("Every event", value=_ENDPOINT_BODY, request_only=True)],
 )

@@ -23,7 +23,11 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from events import addresses
-from events.errors import InvalidWebhookEndpoint, NoSuchWebhookEndpoint
+from events.errors import (
+    InvalidWebhookEndpoint,
+    NoSuchWebhookEndpoint,
+    TooManyWebhookEndpoints,
+)
 from events.models import Delivery, Event, WebhookEndpoint, transaction_id
 from operations.services import start_operations
 
@@ -87,8 +91,9 @@ def create_endpoint(*, tenant: Tenant, new_endpoint: NewEndpoint) -> WebhookEndp
     """Make a webhook endpoint with a new secret.
 
     :raises InvalidWebhookEndpoint: the URL is not one the service calls
-        (events.addresses), or the tenant has ``WEBHOOK_ENDPOINTS_PER_TENANT``
-        enabled endpoints already.
+        (events.addresses).
+    :raises TooManyWebhookEndpoints: the tenant has
+        ``WEBHOOK_ENDPOINTS_PER_TENANT`` enabled endpoints already.
     """
     try:
         addresses.resolve(new_endpoint.url)
@@ -102,9 +107,8 @@ def create_endpoint(*, tenant: Tenant, new_endpoint: NewEndpoint) -> WebhookEndp
             tenant=tenant, status=WebhookEndpoint.Status.ENABLED
         ).count()
         if enabled >= limit:
-            raise InvalidWebhookEndpoint(
-                f"A tenant has at most {limit} enabled webhook endpoints.",
-                details={"url": [f"At most {limit} enabled endpoints: disable one first."]},
+            raise TooManyWebhookEndpoints(
+                f"A tenant has at most {limit} enabled webhook endpoints: disable one first."
             )
         return WebhookEndpoint.objects.create(
             tenant=tenant,

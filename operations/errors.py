@@ -1,5 +1,7 @@
 """What the operations layer raises, and what its handlers may raise to be retried."""
 
+from collections.abc import Callable
+
 from api.errors import NotFound
 
 
@@ -16,9 +18,13 @@ class Postponed(Exception):
     endpoint holds one worker at most.
     """
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, *, unless: Callable[[], bool] | None = None) -> None:
         super().__init__(f"postponed for {delay:.1f} s")
         self.delay = delay
+        # Asked once the postponement is recorded: True if what the attempt
+        # waited for came free meanwhile (whoever freed it could not yet see
+        # this attempt waiting), and the operation is published at once.
+        self.unless = unless
 
 
 class NoSuchOperation(NotFound):

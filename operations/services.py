@@ -16,7 +16,7 @@ The life of an operation (docs/SPECIFICATION.md §4 rules 9 and 10):
 """
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -207,11 +207,13 @@ def claim_operation(operation_id: str) -> Operation | None:
 class _Retry:
     """An attempt that failed, to be followed by another after ``delay`` seconds.
 
-    ``failure`` None: the attempt was postponed, and does not count.
+    ``failure`` None: the attempt was postponed, and does not count; it is
+    published at once if ``unless()`` says it need not wait after all.
     """
 
     failure: Failure | None
     delay: float
+    unless: Callable[[], bool] | None = None
 
 
 def attempt_operation(operation: Operation) -> None:
@@ -244,7 +246,7 @@ def _attempt(operation: Operation, kind: OperationKind) -> _Retry | None:
     try:
         kind.handler(operation)
     except Postponed as postponed:
-        return _Retry(None, postponed.delay)
+        return _Retry(None, postponed.delay, postponed.unless)
     except Exception as exc:
         failure = _failure_of(exc, kind, operation)
         if operation.attempts < budget:
@@ -338,6 +340,8 @@ def _retry_later(operation: Operation, retry: _Retry) -> None:
         )
     if held:
         _publish(operation.id, operation.trace_id, published_at=now, countdown=retry.delay)
+    elif retry.unless is not None and retry.unless():
+        publish_waiting(operation.id)
 
 
 def publish_waiting(operation_id: str) -> bool:
