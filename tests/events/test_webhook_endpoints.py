@@ -97,8 +97,9 @@ def test_a_tenant_has_a_bounded_number_of_enabled_endpoints(api: Api, settings: 
     subscribe(api, key="2")
 
     refused = subscribe(api, key="3")
-    assert refused.status_code == 400
-    assert "At most 2" in problem(refused)["details"]["url"][0]
+    assert refused.status_code == 409
+    assert problem(refused)["error"] == "TooManyWebhookEndpoints"
+    assert problem(refused)["message"].startswith("A tenant has at most 2 enabled")
     # Disabling one makes room.
     api.delete(f"/v1/webhook-endpoints/{first['id']}", key="D")
     assert subscribe(api, key="4").status_code == 201

@@ -347,6 +347,13 @@ def an_endpoint_on_the_loopback_is_refused(api: Api, body: dict[str, Any]) -> Re
     return create_webhook_endpoint({**ENDPOINT, "url": "http://127.0.0.1:8080/hooks"})
 
 
+@scenario("createWebhookEndpoint", 409, "TooManyWebhookEndpoints")
+def an_endpoint_past_the_tenants_limit(api: Api, body: dict[str, Any]) -> Request:
+    for n in range(16):
+        assert send(api, create_webhook_endpoint(ENDPOINT), key=f"full-{n}").status_code == 201
+    return create_webhook_endpoint(ENDPOINT)
+
+
 @scenario("createWebhookEndpoint", 500, "InternalError")
 def an_endpoint_the_database_refuses(api: Api, body: dict[str, Any]) -> Request:
     refuse_rows(WebhookEndpoint, "false")

@@ -36,14 +36,39 @@ def with_fresh_key(case: schemathesis.Case[Any]) -> None:
 
 
 def without_drawn_cursors(case: schemathesis.Case[Any]) -> None:
-    """Leave ``cursor`` out: the service signs its cursors, so none drawn is valid.
+    """Leave ``cursor`` and ``after`` out: none drawn names a real position.
 
-    The schema cannot say which strings are signed, and every drawn cursor is
-    rightly refused (400), which the check for accepted valid data would
-    report. tests/hostile/test_list_queries.py tests cursors on their own.
+    The service signs its cursors, and ``after`` must name an event of the
+    tenant; the schema can say neither, and every drawn one is rightly
+    refused (400), which the check for accepted valid data would report.
+    tests/hostile/test_list_queries.py and tests/events/test_feed.py test
+    them on their own.
     """
     if case.query:
         case.query.pop("cursor", None)
+        case.query.pop("after", None)
+
+
+# A public address, literally: valid wherever the service runs, with no name
+# to resolve. Nothing listens there; the deliveries fail in the background.
+WEBHOOK_URL = "https://192.0.32.10/hooks"
+
+
+def with_a_callable_webhook_url(case: schemathesis.Case[Any]) -> None:
+    """A URL the service will call, in a webhook endpoint drawn valid.
+
+    The schema says a URL is a string; which ones the service calls depends
+    on what their host resolves to, here and now (events.addresses), and a
+    drawn one almost never resolves to a public address. A case drawn
+    invalid is left as it was drawn.
+    """
+    body = case.body
+    if case.operation.label != "POST /v1/webhook-endpoints" or not isinstance(body, dict):
+        return
+    if case.meta is not None and case.meta.generation.mode.is_negative:
+        return
+    if isinstance(body.get("url"), str):
+        body["url"] = WEBHOOK_URL
 
 
 def with_catalog_skus(case: schemathesis.Case[Any]) -> None:
@@ -76,5 +101,6 @@ def before_call(
 ) -> None:
     """Every call, from the CLI, the pytest integration and stateful workflows alike."""
     with_catalog_skus(case)
+    with_a_callable_webhook_url(case)
     with_fresh_key(case)
     without_drawn_cursors(case)
