@@ -179,8 +179,8 @@ failover: install-dev
 	$(PY) -m tests.bench.failover
 
 ## demo: exactly once over a bad network (tests/demo): orders placed and paid
-## through the Python client and a proxy that drops 30 % of the answers, then
-## counted from the database. On the embedded default, or on PostgreSQL and
+## through the Python client and a proxy that drops 30 % of the answers, a
+## webhook receiver handling each event once, then counted from the database. On the embedded default, or on PostgreSQL and
 ## Redis: make demo DATABASE_URL=postgres://… CELERY_BROKER_URL=redis://…
 ## (DEMO_ORDERS, DEMO_DROP, DEMO_RESET, BASE_URL: tests/demo/__main__.py).
 demo: install-dev
