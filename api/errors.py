@@ -86,6 +86,21 @@ def body_limit_text() -> str:
     return size_text(settings.MAX_REQUEST_BODY_BYTES)
 
 
+class UriTooLong(ApplicationError):
+    """A request line over gunicorn's limit (4094 bytes), refused before the service reads it.
+
+    gunicorn answers it, with the body api/gunicorn_worker.py writes (a
+    module that loads without Django, so it keeps its own table); this class
+    is how the schema documents it, and tests/docs/test_openapi.py holds the
+    two to the same code, title and message.
+    """
+
+    status_code = 414
+    code = "UriTooLong"
+    title = "URI too long"
+    default_message = "The request line is too long."
+
+
 class PayloadTooLarge(ApplicationError):
     status_code = 413
     code = "PayloadTooLarge"

@@ -51,6 +51,7 @@ from api.errors import (
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
+    UriTooLong,
     body_limit_text,
     render_exception,
 )
@@ -285,6 +286,11 @@ NOT_ACCEPTABLE = Refusal(
 UNSUPPORTED_MEDIA_TYPE = Refusal(
     drf.UnsupportedMediaType("text/plain"),
     "a body whose `Content-Type` is not `application/json`.",
+)
+URI_TOO_LONG = Refusal(
+    UriTooLong(),
+    "the request line (method, path and query string) is over 4094 bytes: refused by "
+    "gunicorn before the service reads it.",
 )
 PAYLOAD_TOO_LARGE = Refusal(
     PayloadTooLarge(),
@@ -620,6 +626,7 @@ def read_schema(
         NOT_AUTHENTICATED,
         AUTHENTICATION_FAILED,
         *refusals,
+        URI_TOO_LONG,
         NOT_ACCEPTABLE,
         THROTTLED,
         INTERNAL_ERROR,

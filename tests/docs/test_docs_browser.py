@@ -112,7 +112,9 @@ def test_swagger_ui_renders_every_endpoint_offline(
     assert "/v1/orders" in text
     assert "/v1/payments" in text
     assert "/v1/operations/{operationId}" in text
-    assert page.locator(".opblock").count() == 9
+    assert "/v1/events" in text
+    assert "/v1/webhook-endpoints/{endpointId}/deliveries" in text
+    assert page.locator(".opblock").count() == 16
     assert traffic.external == []
     assert traffic.blocked == []
     assert traffic.failures == []

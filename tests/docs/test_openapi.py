@@ -382,3 +382,10 @@ def test_no_integer_is_documented_past_what_json_carries_exactly(schema: dict[st
         return here + [found for k, v in node.items() for found in bounds(v, f"{at}/{k}")]
 
     assert bounds(schema, "") == []
+
+
+def test_the_documented_414_is_the_one_gunicorn_answers() -> None:
+    from api.errors import UriTooLong
+    from api.gunicorn_worker import _PROBLEMS
+
+    assert _PROBLEMS[414] == (UriTooLong.code, UriTooLong.title, UriTooLong.default_message)
