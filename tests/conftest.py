@@ -2,10 +2,11 @@
 
 import inspect
 import json
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -17,6 +18,7 @@ from pytest_django import Settings
 
 from accounts.services import create_api_client
 from operations.models import Operation
+from tests.support import servers
 from tests.support.concurrency import FinishedOperation, running_worker
 from tests.support.http import ORDER, Api
 
@@ -64,6 +66,7 @@ FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
 # fixture it uses, or any function or class of tests/ they call) that names
 # one of these gets its markers.
 STARTERS: dict[str, tuple[str, ...]] = {
+    "tests.support.servers.start": ("live",),
     "tests.support.live.serve": ("live",),
     "tests.support.live.celery_worker_command": ("live",),
     "tests.support.faults.RedisServer": ("live",),
@@ -202,6 +205,41 @@ def _named_tests_exist(items: list[pytest.Item]) -> None:
                 raise pytest.UsageError(
                     f"tests/conftest.py marks {path}::{function} slow, which is gone"
                 )
+
+
+# --- Evidence ----------------------------------------------------------------
+#
+# A failed test's report ends with what the servers it ran say: how each is or
+# ended, and its log's last lines (tests/support/servers.py), unless the
+# failure's own message has said it already; and, when a command run with
+# check=True failed, what it printed, which CalledProcessError's message leaves
+# out.
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    servers.begin_test()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        evidence = servers.evidence(only_untold=True)
+        if evidence:
+            report.sections.append(("servers", evidence))
+        if call.excinfo is not None and isinstance(
+            failed := call.excinfo.value, subprocess.CalledProcessError
+        ):
+            printed = [_text(failed.stdout), _text(failed.stderr)]
+            report.sections.append(("the command's output", "\n".join(filter(None, printed))))
+    return report
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -208,10 +208,18 @@ def test_every_marker_given_is_declared_and_every_starter_exists() -> None:
 
 
 def _starts_a_process(node: ast.AST) -> bool:
+    """Whether ``node`` calls ``subprocess.Popen``, or ``servers.start`` (tests/support)."""
     return any(
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Attribute)
-        and call.func.attr == "Popen"
+        and (
+            call.func.attr == "Popen"
+            or (
+                call.func.attr == "start"
+                and isinstance(call.func.value, ast.Name)
+                and call.func.value.id == "servers"
+            )
+        )
         for call in ast.walk(node)
     )
 

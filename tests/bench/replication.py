@@ -25,9 +25,9 @@ import tempfile
 import psycopg
 
 from tests.bench import service, wrk
-from tests.support.concurrency import wait_until
 from tests.support.live import base_env, manage
 from tests.support.patroni import PatroniCluster
+from tests.support.waits import wait_for
 
 ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
@@ -96,12 +96,18 @@ def set_synchronous(cluster: PatroniCluster, synchronous: bool) -> None:
     cluster.set_synchronous(synchronous)
     expected = cluster.standby().name if synchronous else ""
 
-    def applied() -> bool:
+    def names() -> str | None:
         with psycopg.connect(cluster.url("orders"), autocommit=True) as db:
             row = db.execute("SHOW synchronous_standby_names").fetchone()
-        return row is not None and row[0] == expected
+        return None if row is None else str(row[0])
 
-    wait_until(applied, 30, interval=0.1, what="the primary applying synchronous_mode")
+    wait_for(
+        names,
+        lambda found: found == expected,
+        30,
+        interval=0.1,
+        what=f"the primary applying synchronous_mode ({expected!r} synchronous)",
+    )
 
 
 if __name__ == "__main__":

@@ -48,14 +48,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench import service
 from tests.support.live import LiveService, serve
-from tests.support.workers import (
-    Gunicorn,
-    metrics_files,
-    pid_file_args,
-    poll,
-    process_cpu_s,
-    rss_mib,
-)
+from tests.support.waits import wait_for, wait_until
+from tests.support.workers import Gunicorn, metrics_files, pid_file_args, process_cpu_s, rss_mib
 
 # Its own name per run, to run two soaks at once (SOAK_HTTP_MAX_REQUESTS=0 beside another).
 DATABASE = os.environ.get("SOAK_HTTP_DATABASE", "order_service_soak_http")
@@ -220,20 +214,22 @@ class Soak:
         self.server.kill(min(before), signal.SIGTERM)
         after = self.server.wait_for_workers(len(before), other_than={min(before)})
         (new,) = after - before
-        poll(lambda: self._answered_by(new), within_s=60, what=f"answer from worker {new}")
+        wait_until(lambda: self._answered_by(new), 60, what=f"an answer from worker {new}")
         return process_cpu_s(new)
 
     def every_worker_answered(self) -> set[int]:
-        def answered() -> set[int] | None:
-            workers = self.server.workers()
-            return workers if all(self._answered_by(pid) for pid in workers) else None
+        def answered() -> dict[int, bool]:
+            return {pid: self._answered_by(pid) for pid in self.server.workers()}
 
-        return poll(answered, within_s=60, what="answer from every worker")
+        found = wait_for(
+            answered, lambda by_pid: all(by_pid.values()), 60, what="an answer from every worker"
+        )
+        return set(found)
 
-    def _answered_by(self, pid: int) -> bool | None:
+    def _answered_by(self, pid: int) -> bool:
         # A worker's counter file appears with its first counted answer.
         self.request("GET", "/healthz")
-        return True if (self.metrics_dir / f"counter_{pid}.db").exists() else None
+        return (self.metrics_dir / f"counter_{pid}.db").exists()
 
     @contextmanager
     def counting_restarts(self) -> Iterator[None]:

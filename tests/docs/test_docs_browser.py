@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Browser, Page, Request, Response, sync_playwright
 
+from tests.support import servers
 from tests.support.live import LiveService, manage, serve, suite_database_env
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -42,13 +43,26 @@ def docs_service(django_db_setup: None) -> Iterator[LiveService]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     assert CHROMIUM.exists(), "apt-get install -y chromium (see .ci/run)"
+    # Its log, which a failure shows the end of (tests/support/servers.py).
+    logs = servers.workdir("chromium-")
+    log = logs / "chromium.log"
     # Playwright drives the system's chromium; it never downloads a browser.
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[*CHROMIUM_ARGS, "--enable-logging", f"--log-file={log}"],
+        )
+        watched = servers.watch(
+            "chromium (Playwright's)",
+            None,
+            [log],
+            state=lambda: "connected" if browser.is_connected() else "disconnected",
         )
         yield browser
         browser.close()
+    servers.forget(watched)
+    servers.discard(logs)
 
 
 @pytest.fixture

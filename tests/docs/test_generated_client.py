@@ -13,7 +13,6 @@ import importlib
 import io
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from django.core.management import call_command
 
 from accounts.services import create_api_client
 from tests.support.live import BIN, LiveService, serve_with_worker
+from tests.support.waits import wait_for
 
 # The generator's post-processing hooks (ruff check and format) only tidy the
 # output; without them the test needs no formatter on PATH.
@@ -103,14 +103,20 @@ class Client:
     def finished(self, operation_id: str) -> Any:
         """Poll an operation until it leaves ``processing``, honouring ``Retry-After`` (bounded)."""
         processing = self.models.OperationStatusEnum.PROCESSING
-        deadline = time.monotonic() + 30
-        while True:
+
+        def read() -> Any:
             response = self.call("operations", "get_operation", operation_id)
-            assert response.status_code == 200
-            if response.parsed.status != processing:
-                return response.parsed
-            assert time.monotonic() < deadline, "operation still processing"
-            time.sleep(min(float(response.headers["Retry-After"]), 0.1))
+            assert response.status_code == 200, response
+            return response.parsed
+
+        # Retry-After (a second) is a client's pace; the worker is quicker.
+        return wait_for(
+            read,
+            lambda operation: operation.status != processing,
+            30,
+            interval=0.1,
+            what=f"operation {operation_id} ending",
+        )
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ demonstration (tests/bench/failover.py) share all of this.
 
 import secrets
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,10 +31,10 @@ import psycopg
 import requests
 
 from tests.faults.harness import REPORT, Deployment, Figures, RetryingClient
-from tests.support.concurrency import wait_until
 from tests.support.faults import PostgresCluster, RedisServer
 from tests.support.live import base_env, manage
 from tests.support.patroni import PatroniCluster
+from tests.support.waits import Answer, wait_for, wait_until
 
 # Threads placing and paying orders at once: enough that a kill always meets
 # commands in flight, few enough for gunicorn's threads on a 2-core machine.
@@ -147,13 +146,24 @@ class Load:
     def wait_for(self, condition: Callable[[], bool], timeout: float, *, what: str) -> None:
         """Until ``condition`` holds, while the load runs; fails at once if a load thread failed."""
 
-        def holds() -> bool:
+        def holds() -> Answer:
             for thread in self._threads:
                 if thread.done():
                     thread.result()  # raises what ended it
-            return condition()
+            return Answer(condition(), self.progress())
 
         wait_until(holds, timeout, interval=0.05, what=what)
+
+    def progress(self) -> str:
+        """What the load has done so far, and the statuses of its last attempts (- for none)."""
+        with self._lock:
+            orders, payments = len(self.acknowledged.orders), len(self.acknowledged.payments)
+            refused = self.refused[-3:]
+        last = [a.status or "-" for a in self.client.attempts[-10:]]
+        return (
+            f"acknowledged {orders} orders and {payments} payments, refused {refused};"
+            f" the last attempts: {' '.join(map(str, last))}"
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -230,36 +240,34 @@ class Load:
     def _known(self, path: str) -> bool:
         """Whether the service knows the resource at ``path`` (not ``404``), asked until it says."""
         headers = {"Authorization": f"Bearer {self.service.token}"}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                answer = requests.get(
-                    self.service.deployment.service.url(path), headers=headers, timeout=15
-                )
-            except requests.RequestException:
-                answer = None
-            if answer is not None and answer.status_code in (200, 404):
-                return answer.status_code == 200
-            time.sleep(0.2)  # a client's pause before it asks again
-        raise AssertionError(f"{path}: no answer")
+        answer = wait_for(
+            lambda: requests.get(
+                self.service.deployment.service.url(path), headers=headers, timeout=15
+            ),
+            lambda answer: answer.status_code in (200, 404),
+            120,
+            interval=0.2,  # a client's pause before it asks again
+            what=f"GET {path} answering 200 or 404",
+            ignoring=(requests.RequestException,),
+        )
+        return answer.status_code == 200
 
     def _operation_status(self, operation_id: str) -> str | None:
         """The operation's final status, polled as a client does; None if it is unknown."""
         headers = {"Authorization": f"Bearer {self.service.token}"}
         url = self.service.deployment.service.url(f"/v1/operations/{operation_id}")
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                answer = requests.get(url, headers=headers, timeout=15)
-            except requests.RequestException:
-                time.sleep(0.2)  # a client's pause before it asks again
-                continue
-            if answer.status_code == 404:
-                return None
-            if answer.status_code == 200 and answer.json()["status"] != "processing":
-                return str(answer.json()["status"])
-            time.sleep(min(float(answer.headers.get("Retry-After", 1)), 0.5))
-        raise AssertionError(f"operation {operation_id} did not end")
+        answer = wait_for(
+            lambda: requests.get(url, headers=headers, timeout=15),
+            lambda answer: (
+                answer.status_code == 404
+                or (answer.status_code == 200 and answer.json()["status"] != "processing")
+            ),
+            120,
+            interval=0.5,  # a client's pause (Retry-After, at most half a second here)
+            what=f"operation {operation_id} ending or unknown",
+            ignoring=(requests.RequestException,),
+        )
+        return None if answer.status_code == 404 else str(answer.json()["status"])
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ import psycopg
 import requests
 import urllib3
 
-from tests.support.live import BIN, ROOT, LiveService, free_port, stop, wait_until_healthy
+from tests.support import servers
+from tests.support.live import BIN, ROOT, LiveService, free_port, wait_until_healthy
+from tests.support.waits import Answer, describe, wait_until
 
 # The figures of every scenario run, printed at the end of the session
 # (tests/faults/conftest.py).
@@ -110,18 +112,23 @@ class RetryingClient:
                     timeout=15,
                 )
             except requests.RequestException as exc:
+                last: object = exc
                 self.attempts.append(Attempt(sent, time.monotonic(), None))
                 if not _never_connected(exc):
                     self.figures.unanswered += 1
                 pause = min(0.05 * 2**attempt, _MAX_PAUSE_S)
             else:
+                last = response
                 self.attempts.append(Attempt(sent, time.monotonic(), response.status_code))
                 if response.status_code >= 500:
                     self.figures.server_errors += 1
                 if not _worth_retrying(response):
                     return response
                 pause = min(float(response.headers.get("Retry-After", 1)), _MAX_PAUSE_S)
-            assert time.monotonic() + pause < deadline, f"{method} {path} got no final answer"
+            assert time.monotonic() + pause < deadline, (
+                f"{method} {path} got no final answer in {self.deadline_s:g} s"
+                f" ({attempt + 1} attempts); the last: {describe(last)}\n{servers.evidence()}"
+            )
             time.sleep(pause)  # a client's backoff, not a wait for an event
         raise AssertionError("unreachable")
 
@@ -192,8 +199,10 @@ class Deployment:
 
     def start_web(self, *, workers: int = 2, threads: int = 8, **env: str) -> None:
         """gunicorn as deployed (config/gunicorn.py), healthy when this returns."""
-        self.web = subprocess.Popen(
+        self.web = servers.start(
+            "gunicorn",
             [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi:application"],
+            log=self.var_dir / "web.log",
             cwd=ROOT,
             env=self._env(
                 BIND=f"127.0.0.1:{self.port}",
@@ -201,8 +210,6 @@ class Deployment:
                 WEB_THREADS=str(threads),
                 **env,
             ),
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.var_dir / "web.log", "ab"),  # noqa: SIM115
         )
         wait_until_healthy(self.service, [self.web])
 
@@ -226,7 +233,8 @@ class Deployment:
         log = self.var_dir / f"worker-{len(self.workers)}.log"
         # solo has no concurrency to set: its one task runs in the worker.
         concurrent = [] if pool == "solo" else [f"--concurrency={concurrency}"]
-        worker = subprocess.Popen(
+        worker = servers.start(
+            f"celery worker {len(self.workers)}",
             [
                 str(BIN / "celery"),
                 "-A",
@@ -238,10 +246,9 @@ class Deployment:
                 "--without-gossip",
                 "--loglevel=INFO",
             ],
+            log=log,
             cwd=ROOT,
             env=self._env(**env),
-            stdout=subprocess.DEVNULL,
-            stderr=open(log, "ab"),  # noqa: SIM115
             start_new_session=True,
         )
         self.workers.append(worker)
@@ -257,26 +264,27 @@ class Deployment:
         )
 
     def close(self) -> None:
-        stop([p for p in [self.web, *self.workers] if p is not None and p.poll() is None])
+        servers.stop([p for p in [self.web, *self.workers] if p is not None])
 
 
 def _wait_for_line(
     log: Path, text: str, process: subprocess.Popen[bytes], within_s: float = 30
 ) -> None:
+    def logged() -> Answer:
+        assert process.poll() is None, f"the process exited before {text!r}\n{servers.evidence()}"
+        lines = log.read_text(errors="replace").splitlines()
+        return Answer(any(text in line for line in lines), f"its last line: {lines[-1:]}")
+
     # A worker announces that it is connected and consuming in its log alone.
-    deadline = time.monotonic() + within_s
-    while text not in log.read_text(errors="replace"):
-        assert process.poll() is None, f"the process exited; see {log}"
-        assert time.monotonic() < deadline, f"no {text!r} in {log}"
-        time.sleep(0.05)
+    wait_until(logged, within_s, interval=0.05, what=f"{text!r} in {log}")
 
 
 def sigkill(process: subprocess.Popen[bytes] | int) -> None:
     """Kill a process at once, as a crash or the OOM killer would."""
-    pid = process if isinstance(process, int) else process.pid
-    os.kill(pid, signal.SIGKILL)
-    if not isinstance(process, int):
-        process.wait()
+    if isinstance(process, int):
+        os.kill(process, signal.SIGKILL)
+    else:
+        servers.kill(process)
 
 
 @dataclass(frozen=True)
@@ -340,7 +348,10 @@ def seconds_until_finished(database_url: str, *, since: float, within_s: float) 
             ).fetchone()
             if row is not None and row[0] == 0:
                 return time.monotonic() - since
-            assert time.monotonic() < deadline, "operations still processing"
+            assert time.monotonic() < deadline, (
+                f"operations still processing {within_s + 30:g} s after the fault:"
+                f" {row[0] if row else '?'}\n{servers.evidence()}"
+            )
             time.sleep(0.05)
 
 

@@ -32,8 +32,8 @@ from tests.faults.harness import (
     seconds_until_finished,
     sigkill,
 )
-from tests.support.concurrency import wait_until
 from tests.support.faults import FaultProxy, Mode, Shares
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -177,14 +177,24 @@ def test_client_rides_out_a_service_restart(
     customers = [f"restart-{i}" for i in range(24)]
     with client, ThreadPoolExecutor(3) as pool:
         running = [pool.submit(order_and_pay, client, c) for c in customers[:-1]]
-        wait_until(lambda: audit(database_url, orders=customers).lost <= 20, timeout=30)
+        wait_for(
+            lambda: audit(database_url, orders=customers).lost,
+            lambda lost: lost <= 20,
+            30,
+            what="all but 20 of the orders placed",
+        )
         assert deployment.web is not None
         deployment.web.terminate()
         deployment.web.wait()
         stopped_at = time.monotonic()
         # One action starts while nothing listens: it is refused until gunicorn is back.
         running.append(pool.submit(order_and_pay, client, customers[-1]))
-        wait_until(lambda: "ConnectError" in counted.reasons, timeout=30)
+        wait_for(
+            lambda: sorted(set(counted.reasons)),
+            lambda reasons: "ConnectError" in reasons,
+            30,
+            what="a retry after a refused connection",
+        )
         deployment.start_web()
         figures.recovery_s = time.monotonic() - stopped_at  # how long nothing listened
         for action in running:
@@ -217,7 +227,11 @@ def test_client_waits_out_a_killed_worker(
             )
             for o in orders
         ]
-        wait_until(lambda: len(claimed_operations(database_url)) == 1)
+        wait_for(
+            lambda: claimed_operations(database_url),
+            lambda claimed: len(claimed) == 1,
+            what="the doomed worker holding an operation",
+        )
         sigkill(doomed)
         deployment.start_worker()
         available_at = time.monotonic()

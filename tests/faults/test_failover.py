@@ -39,7 +39,7 @@ from tests.faults.failover import (
     replicated_service,
 )
 from tests.faults.harness import Figures, seconds_until_finished
-from tests.support.concurrency import wait_until
+from tests.support.waits import Answer, wait_until
 
 # From the kill to the first command that succeeds and to the last
 # operation's end, Patroni's detection included: its leader key lapses
@@ -180,7 +180,7 @@ def test_the_standby_lost_under_load(tmp_path: Path) -> None:
         standby.kill()
         # Patroni names no synchronous standby any more: commits go on alone.
         degraded_s = wait_until(
-            lambda: synchronous_standby_names(service) == "",
+            lambda: synchronous_standby_names_are(service, ""),
             STANDBY_LOST_GOAL_S,
             interval=0.05,
             what="the primary going on alone",
@@ -188,7 +188,7 @@ def test_the_standby_lost_under_load(tmp_path: Path) -> None:
         recovery = run_through(service, load, lost_at, within_s=STANDBY_LOST_GOAL_S)
         standby.start()
         back_s = wait_until(
-            lambda: synchronous_standby_names(service) == standby.name,
+            lambda: synchronous_standby_names_are(service, standby.name),
             60,
             interval=0.05,
             what="the standby synchronous again",
@@ -217,9 +217,9 @@ def test_the_standby_lost_under_load(tmp_path: Path) -> None:
     assert recovery.all_ended_s <= STANDBY_LOST_GOAL_S
 
 
-def synchronous_standby_names(service: ReplicatedService) -> str:
-    """The primary's ``synchronous_standby_names``, as Patroni has set it."""
+def synchronous_standby_names_are(service: ReplicatedService, names: str) -> Answer:
+    """Whether the primary's ``synchronous_standby_names``, as Patroni sets it, are ``names``."""
     with psycopg.connect(service.database_url, autocommit=True) as db:
         row = db.execute("SHOW synchronous_standby_names").fetchone()
     assert row is not None
-    return str(row[0])
+    return Answer(row[0] == names, f"synchronous_standby_names = {row[0]!r}")

@@ -24,8 +24,8 @@ from tests.faults.harness import (
     sigkill,
     waiting_on_a_lock,
 )
-from tests.support.concurrency import wait_until
 from tests.support.faults import FaultProxy, Mode, RedisServer
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,7 +68,11 @@ def test_web_worker_killed_between_claim_and_commit(
         locker.execute("LOCK TABLE orders_order IN ACCESS EXCLUSIVE MODE")
         placing = threading.Thread(target=lambda: answer.update(client.place_order("killed-1")))
         placing.start()
-        wait_until(lambda: waiting_on_a_lock(database_url) == 1)
+        wait_for(
+            lambda: waiting_on_a_lock(database_url),
+            lambda waiting: waiting == 1,
+            what="the command waiting on the table's lock",
+        )
         (worker,) = deployment.web_worker_pids()
         sigkill(worker)
         killed_at = time.monotonic()
@@ -98,7 +102,11 @@ def test_web_worker_killed_after_commit(
         answers: list[dict[str, Any]] = []
         paying = threading.Thread(target=lambda: answers.append(client.pay(order)))
         paying.start()
-        wait_until(lambda: payments_of(database_url, order["id"]) == 1)
+        wait_for(
+            lambda: payments_of(database_url, order["id"]),
+            lambda payments: payments == 1,
+            what="the payment committed",
+        )
         (worker,) = deployment.web_worker_pids()
         sigkill(worker)
         killed_at = time.monotonic()

@@ -42,9 +42,11 @@ from tests.faults.harness import (
     seconds_until_finished,
     sigkill,
 )
-from tests.support.concurrency import run_concurrently, wait_until
+from tests.support import servers
+from tests.support.concurrency import run_concurrently
 from tests.support.faults import FaultProxy, Mode, RedisServer
 from tests.support.live import LiveService
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -319,15 +321,13 @@ def settled_feed(service: LiveService, token: str, database_url: str) -> list[di
     PostgreSQL server), so it may lag a moment behind the table.
     """
     stored = scalar(database_url, "SELECT count(*) FROM events_event")
-    feed: list[dict[str, Any]] = []
-
-    def complete() -> bool:
-        nonlocal feed
-        feed = read_feed(service, token)
-        return len(feed) >= stored
-
-    wait_until(complete, 15, interval=0.1, what=f"the feed showing all {stored} events")
-    return feed
+    return wait_for(
+        lambda: read_feed(service, token),
+        lambda feed: len(feed) >= stored,
+        15,
+        interval=0.1,
+        what=f"the feed showing all {stored} events",
+    )
 
 
 def scalar(database_url: str, query: str, *params: object) -> int:
@@ -365,10 +365,14 @@ def seconds_until_delivered(
                     ).fetchall()
                 )
             )
-            assert states["failed"] == 0, f"deliveries ended failed: {dict(states)}"
+            assert states["failed"] == 0, (
+                f"deliveries ended failed: {dict(states)}\n{servers.evidence()}"
+            )
             if states["succeeded"] == events and states["pending"] == 0:
                 return time.monotonic() - since
-            assert time.monotonic() < deadline, f"deliveries after {within_s:g} s: {dict(states)}"
+            assert time.monotonic() < deadline, (
+                f"deliveries after {within_s:g} s: {dict(states)}\n{servers.evidence()}"
+            )
             time.sleep(0.05)
 
 
@@ -399,11 +403,11 @@ def test_receiver_down_then_back(
         cancelled = [cancel(client, o["id"], key=f"cancel-{o['id']}") for o in orders[16:]]
         # Down until every event is in and each delivery has been refused
         # three times: by then its backoff has doubled twice.
-        wait_until(
-            lambda: (
-                scalar(database_url, "SELECT count(*) FROM events_delivery WHERE attempts >= 3")
-                == 40
+        wait_for(
+            lambda: scalar(
+                database_url, "SELECT count(*) FROM events_delivery WHERE attempts >= 3"
             ),
+            lambda refused: refused == 40,
             60,
             interval=0.05,
             what="every event refused three times",

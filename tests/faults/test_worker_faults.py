@@ -27,8 +27,8 @@ from tests.faults.harness import (
     sigkill,
     waiting_on_a_lock,
 )
-from tests.support.concurrency import wait_until
 from tests.support.faults import RedisServer
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +50,11 @@ def test_worker_killed_holding_messages(
     doomed = deployment.start_worker(PAYMENT_PROVIDER_LATENCY="2")
     client = RetryingClient(deployment.service.base_url, token, figures)
     orders = [client.order_and_pay() for _ in range(4)]
-    wait_until(lambda: len(claimed_operations(database_url)) == 1)
+    wait_for(
+        lambda: claimed_operations(database_url),
+        lambda claimed: len(claimed) == 1,
+        what="the doomed worker holding an operation",
+    )
 
     sigkill(doomed)
     deployment.start_worker()
@@ -139,7 +143,11 @@ def test_sigterm_under_load_finishes_what_is_in_flight(
     worker = deployment.start_worker(PAYMENT_PROVIDER_LATENCY="1")
     client = RetryingClient(deployment.service.base_url, token, figures)
     paid = [client.order_and_pay() for _ in range(6)]
-    wait_until(lambda: len(claimed_operations(database_url)) == 1)
+    wait_for(
+        lambda: claimed_operations(database_url),
+        lambda claimed: len(claimed) == 1,
+        what="the worker holding an operation",
+    )
     answers: dict[str, Any] = {}
 
     with psycopg.connect(database_url) as locker:
@@ -151,7 +159,11 @@ def test_sigterm_under_load_finishes_what_is_in_flight(
         ]
         for thread in in_flight:
             thread.start()
-        wait_until(lambda: waiting_on_a_lock(database_url) == 2)
+        wait_for(
+            lambda: waiting_on_a_lock(database_url),
+            lambda waiting: waiting == 2,
+            what="both commands in flight waiting on the table's lock",
+        )
         (running,) = claimed_operations(database_url)
         assert deployment.web is not None
         deployment.web.terminate()

@@ -33,9 +33,10 @@ from django.test import override_settings
 from idempotency.models import IdempotencyKey
 from orders.models import Order
 from tests.support import probes
-from tests.support.concurrency import backend_waiting_on_a_lock, wait_until
+from tests.support.concurrency import wait_for_lock_waiters
 from tests.support.http import Api
 from tests.support.live import ROOT, suite_database_url
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,7 +59,7 @@ def test_a_process_killed_between_claim_and_commit_leaves_no_stuck_key(
         # claimed its key and before it commits.
         locker.execute("LOCK TABLE orders_order IN ACCESS EXCLUSIVE MODE")
         client = spawn("create", "crash-key", api.token)
-        wait_until(backend_waiting_on_a_lock)
+        wait_for_lock_waiters()
         client.send_signal(signal.SIGKILL)
         client.wait(timeout=10)
     # Leaving the block committed the lock holder's transaction.
@@ -105,7 +106,7 @@ def test_a_command_stuck_in_a_statement_releases_its_key_after_the_lock_timeout(
         "stuck", "stuck-key", api.token, IDEMPOTENCY_LOCK_TIMEOUT="1", PROBE_STUCK_SECONDS="60"
     )
     try:
-        wait_until(backend_sleeping)
+        wait_for(sleeping_backends, lambda n: n > 0, what="the stuck command's pg_sleep running")
 
         retry = api.post("/v1/probes/stuck", {}, key="stuck-key")
     finally:
@@ -119,11 +120,11 @@ def test_a_command_stuck_in_a_statement_releases_its_key_after_the_lock_timeout(
     assert Order.objects.count() == 1
 
 
-def backend_sleeping() -> bool:
+def sleeping_backends() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep%%'"
         )
         sleeping: int = cursor.fetchone()[0]
-        return sleeping > 0
+        return sleeping

@@ -37,7 +37,7 @@ from accounts.models import Principal
 from idempotency import retention
 from idempotency.models import IdempotencyKey, StoredAnswer
 from idempotency.retention import purge_expired_keys
-from tests.support.concurrency import backend_waiting_on_a_lock, run_concurrently, wait_until
+from tests.support.concurrency import run_concurrently, wait_for_lock_waiters
 from tests.support.http import Api
 
 # How long a test's thread waits for another's signal before failing: far
@@ -374,7 +374,7 @@ def test_a_reclaim_of_a_key_in_the_batch_being_purged_waits_for_it_then_claims_a
         try:
             # The re-claim waits on the row the purge deleted: seen in
             # pg_stat_activity, from a connection of its own.
-            wait_until(backend_waiting_on_a_lock)
+            wait_for_lock_waiters()
         finally:
             waited.set()
 

@@ -19,10 +19,10 @@ the pool's lock.
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,6 +31,7 @@ import requests
 
 from accounts.services import create_api_client
 from api.gunicorn_worker import ProblemJsonThreadWorker
+from tests.support import servers
 from tests.support.live import (
     BIN,
     ROOT,
@@ -46,15 +47,16 @@ STOPPED_WITHIN_S = 10
 
 
 @pytest.mark.django_db(transaction=True)
-def test_ctrl_c_stops_the_server_without_killing_a_stuck_worker() -> None:
+def test_ctrl_c_stops_the_server_without_killing_a_stuck_worker(tmp_path: Path) -> None:
     port = free_port()
     env = {**suite_database_env(), "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2"}
-    server = subprocess.Popen(
+    log = tmp_path / "gunicorn.log"
+    server = servers.start(
+        "gunicorn",
         [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi:application"],
+        log=log,
         cwd=ROOT,
         env=env,
-        stderr=subprocess.PIPE,
-        text=True,
         # Its own process group, as a shell gives a foreground job.
         start_new_session=True,
     )
@@ -74,14 +76,14 @@ def test_ctrl_c_stops_the_server_without_killing_a_stuck_worker() -> None:
     started = time.monotonic()
     os.killpg(server.pid, signal.SIGINT)
     try:
-        _, log = server.communicate(timeout=STOPPED_WITHIN_S * 4)
+        server.wait(timeout=STOPPED_WITHIN_S * 4)
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
     stopped_after = time.monotonic() - started
 
-    assert stopped_after < STOPPED_WITHIN_S, log[-2000:]
-    assert "SIGKILL" not in log
+    assert stopped_after < STOPPED_WITHIN_S, servers.evidence()
+    assert "SIGKILL" not in log.read_text(), servers.evidence()
 
 
 class _SignalOnPut:

@@ -9,7 +9,6 @@
 import json
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,12 @@ from tests.support.live import (
     LiveService,
     base_env,
     manage,
+    operation_ended,
     post_command,
     serve,
     suite_database_env,
 )
+from tests.support.waits import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,16 +121,8 @@ def test_the_embedded_worker_charges_a_payment(embedded_service: tuple[LiveServi
 
 
 def poll(service: LiveService, location: str, headers: dict[str, str]) -> dict[str, Any]:
-    """Poll an operation as a client does, honouring Retry-After (bounded)."""
-    deadline = time.monotonic() + 30
-    while True:
-        response = requests.get(service.url(location), headers=headers, timeout=10)
-        operation: dict[str, Any] = response.json()
-        if operation["status"] != "processing":
-            return operation
-        assert time.monotonic() < deadline, "operation still processing"
-        # The embedded broker is polled every 0.1 s; a client would wait Retry-After.
-        time.sleep(min(float(response.headers["Retry-After"]), 0.1))
+    """Poll an operation as a client does until it leaves ``processing``."""
+    return operation_ended(service.url(location), headers)
 
 
 @pytest.fixture
@@ -216,20 +209,27 @@ class Reader:
         return answer
 
     def curl(self, command: str) -> str:
-        # The README's step 5 says to poll until the worker is done.
-        deadline = time.monotonic() + 30
-        while True:
-            answer = subprocess.run(
+        def run() -> str:
+            done = subprocess.run(
                 ["/bin/bash", "-ec", "\n".join([*self.variables, command])],
                 capture_output=True,
                 text=True,
                 timeout=30,
-                check=True,
-            ).stdout
-            if "-si" in command or '"status":"processing"' not in answer:
-                return answer
-            assert time.monotonic() < deadline, "the operation is still processing"
-            time.sleep(0.1)
+                check=False,
+            )
+            assert done.returncode == 0, f"{command}: status {done.returncode}\n{done.stderr}"
+            return done.stdout
+
+        if "-si" in command:
+            return run()
+        # The README's step 5 says to poll until the worker is done.
+        return wait_for(
+            run,
+            lambda answer: '"status":"processing"' not in answer,
+            30,
+            interval=0.1,
+            what=f"{command!r} answering an ended operation",
+        )
 
     @staticmethod
     def check(command: str, answer: str, expected: list[str]) -> None:

@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support import servers
 from tests.support.http import ORDER
 from tests.support.live import BIN, ROOT, LiveService, base_env, free_port, wait_until_healthy
+from tests.support.waits import wait_for
 
 MAKE = shutil.which("make") or "make"
 PS = shutil.which("ps") or "ps"
@@ -67,49 +69,44 @@ def var_dir(tmp_path: Path) -> Iterator[Path]:
     ids=["ctrl-c", "sigterm-to-make"],
 )
 def test_make_run_serves_and_stops_everything_once(
-    stop: Callable[[subprocess.Popen[str]], None],
+    stop: Callable[[subprocess.Popen[bytes]], None],
     stopped_by: signal.Signals,
     var_dir: Path,
     tmp_path: Path,
 ) -> None:
     port = free_port()
     log = tmp_path / "make-run.log"
-    with log.open("w") as output:
-        make = subprocess.Popen(
-            # The venv this suite runs in, which `make test` made: -o keeps
-            # make from checking or rebuilding it.
-            [
-                # A terminal's shell starts a job with SIGINT and SIGQUIT at
-                # their defaults, whatever it inherited. So does the test: a
-                # suite started in the background, where both are ignored
-                # and stay ignored across exec, would hand make a Ctrl-C it
-                # cannot hear.
-                ENV,
-                "--default-signal=INT,QUIT",
-                MAKE,
-                "-o",
-                "install",
-                "run",
-                f"PORT={port}",
-                f"VAR_DIR={var_dir}",
-                f"VENV={BIN.parent}",
-                f"PYTHON={sys.executable}",
-            ],
-            cwd=ROOT,
-            env=base_env(),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            text=True,
-            # Its own process group, as a terminal's foreground job.
-            start_new_session=True,
-        )
+    make = servers.start(
+        "make run",
+        # The venv this suite runs in, which `make test` made: -o keeps
+        # make from checking or rebuilding it.
+        [
+            # A terminal's shell starts a job with SIGINT and SIGQUIT at
+            # their defaults, whatever it inherited. So does the test: a
+            # suite started in the background, where both are ignored
+            # and stay ignored across exec, would hand make a Ctrl-C it
+            # cannot hear.
+            ENV,
+            "--default-signal=INT,QUIT",
+            MAKE,
+            "-o",
+            "install",
+            "run",
+            f"PORT={port}",
+            f"VAR_DIR={var_dir}",
+            f"VENV={BIN.parent}",
+            f"PYTHON={sys.executable}",
+        ],
+        log=log,
+        cwd=ROOT,
+        env=base_env(),
+        # Its own process group, as a terminal's foreground job.
+        start_new_session=True,
+    )
     try:
         service = LiveService(base_url=f"http://127.0.0.1:{port}")
-        try:
-            # Migrations, the demo data and static files come first.
-            wait_until_healthy(service, [make], within_s=STARTED_WITHIN_S)
-        except AssertionError as failed:
-            raise AssertionError(log.read_text()[-3000:]) from failed
+        # Migrations, the demo data and static files come first.
+        wait_until_healthy(service, [make], within_s=STARTED_WITHIN_S)
         printed = re.search(r"Demo API token[^:]*: (\S+)", log.read_text())
         assert printed is not None, log.read_text()
         headers = {"Authorization": f"Bearer {printed.group(1)}"}
@@ -135,10 +132,13 @@ def test_make_run_serves_and_stops_everything_once(
         assert paid.status_code == 202, paid.text
         # The worker that make run started charges it.
         operation = service.url(paid.headers["Location"])
-        deadline = time.monotonic() + 30
-        while requests.get(operation, headers=headers, timeout=5).json()["status"] != "succeeded":
-            assert time.monotonic() < deadline, "the payment never succeeded"
-            time.sleep(0.1)
+        wait_for(
+            lambda: requests.get(operation, headers=headers, timeout=5).json()["status"],
+            lambda status: status == "succeeded",
+            30,
+            interval=0.1,
+            what=f"the payment's operation {operation} succeeding",
+        )
         # The feed on the embedded database: an event per effect, in order,
         # each after the one before (SQLite numbers the transactions itself).
         feed = requests.get(service.url("/v1/events"), headers=headers, timeout=5).json()
@@ -160,7 +160,7 @@ def test_make_run_serves_and_stops_everything_once(
                 text=True,
                 check=False,
             ).stdout
-            raise AssertionError(f"{processes}\n{log.read_text()[-3000:]}") from None
+            raise AssertionError(f"{processes}\n{servers.evidence()}") from None
         stopped_after = time.monotonic() - started
     finally:
         if make.poll() is None:

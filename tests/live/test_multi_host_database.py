@@ -23,7 +23,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.observability.test_alert_rules import patroni_metric_names_in_rules
-from tests.support.concurrency import wait_until
+from tests.support import servers
 from tests.support.faults import RedisServer
 from tests.support.live import (
     BIN,
@@ -33,9 +33,9 @@ from tests.support.live import (
     paid_order,
     post_command,
     serve,
-    stop,
 )
 from tests.support.patroni import PatroniCluster, primary_proxy
+from tests.support.waits import describe, wait_for
 
 # Keys expire after a second and beat sends the purge every second, so that
 # the purge is seen to run through beat and the worker within the test.
@@ -64,12 +64,22 @@ def test_every_process_works_on_the_primary_and_follows_a_switchover(
         token = manage("create_api_client", "multi", "host", env=env).splitlines()[-1]
         with serve(env, celery=True) as service, beat(env, tmp_path) as scheduler:
             first = paid_order(service, token, key="before", send=post_with_retries)
-            wait_until(lambda: keys(url) == 0, 30, interval=0.05, what="the purge through beat")
+            wait_for(
+                lambda: keys(url),
+                lambda n: n == 0,
+                30,
+                interval=0.05,
+                what="the purge through beat",
+            )
 
             cluster.switchover(to=standby)
             second = paid_order(service, token, key="after", send=post_with_retries)
-            wait_until(
-                lambda: keys(url) == 0, 30, interval=0.05, what="the purge after the switchover"
+            wait_for(
+                lambda: keys(url),
+                lambda n: n == 0,
+                30,
+                interval=0.05,
+                what="the purge after the switchover",
             )
             assert scheduler.poll() is None
 
@@ -88,9 +98,9 @@ def post_with_retries(url: str, body: Any, *, token: str, key: str) -> requests.
     """A command under one key, retried while the service answers 503 (a switchover)."""
     deadline = time.monotonic() + 30
     while (answer := post_command(url, body, token=token, key=key)).status_code == 503:
-        assert time.monotonic() < deadline, "still 503"
+        assert time.monotonic() < deadline, f"still 503 after 30 s: {describe(answer)}"
         time.sleep(float(answer.headers["Retry-After"]) / 4)  # a client's pause
-    assert answer.status_code in (201, 202), answer.text
+    assert answer.status_code in (201, 202), describe(answer)
     return answer
 
 
@@ -110,14 +120,13 @@ class beat:  # noqa: N801 (a context manager read as a function)
         self.log = directory / "beat.log"
 
     def __enter__(self) -> "subprocess.Popen[bytes]":
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(
-                self.command, cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT
-            )
+        self.process = servers.start(
+            "celery beat", self.command, log=self.log, cwd=ROOT, env=self.env
+        )
         return self.process
 
     def __exit__(self, *exc_info: object) -> None:
-        stop([self.process])
+        servers.stop([self.process])
 
 
 def keys(url: str) -> int:
@@ -139,31 +148,33 @@ def test_haproxy_leads_to_the_primary_through_a_switchover(cluster: PatroniClust
     primary, standby = cluster.leader(), cluster.standby()
     with primary_proxy(cluster) as url:
         # HAProxy checks every node's GET /primary each second.
-        wait_until(lambda: served_by_or_none(url) == primary.port, 10, interval=0.05)
+        wait_for(
+            lambda: served_by(url),
+            lambda port: port == primary.port,
+            10,
+            interval=0.05,
+            what=f"HAProxy sending connections to the primary (port {primary.port})",
+            ignoring=(psycopg.OperationalError,),
+        )
 
         asked_at = time.monotonic()
         cluster.switchover(to=standby)
-        switched_s = time.monotonic() - asked_at
-        rerouted_s = wait_until(
-            lambda: served_by_or_none(url) == standby.port,
+        switched_at = time.monotonic()
+        wait_for(
+            lambda: served_by(url),
+            lambda port: port == standby.port,
             10,
             interval=0.05,
-            what="HAProxy sending new connections to the new primary",
+            what=f"HAProxy sending new connections to the new primary (port {standby.port})",
+            ignoring=(psycopg.OperationalError,),
         )
+        rerouted_s = time.monotonic() - switched_at
 
     assert cluster.leader() is standby
     # Until two failed checks a second apart take the old primary out, a
     # new connection may still reach it (round robin over the servers up);
     # one good check brings the new one in.
-    assert rerouted_s < 5, (switched_s, rerouted_s)
-
-
-def served_by_or_none(url: str) -> int | None:
-    """``served_by``, or None while no server takes the connection."""
-    try:
-        return served_by(url)
-    except psycopg.OperationalError:
-        return None
+    assert rerouted_s < 5, (switched_at - asked_at, rerouted_s)
 
 
 def test_patronis_scrape_has_every_patroni_metric_the_rules_read(cluster: PatroniCluster) -> None:

@@ -13,7 +13,6 @@ database can keep them to one effect.
 import io
 import json
 import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -27,6 +26,7 @@ import yaml
 from django.core.management import call_command
 
 from orders.models import Order, Payment
+from tests.support import servers
 from tests.support.balancer import Balancer, balance, port_free_on_every_address
 from tests.support.concurrency import run_concurrently
 from tests.support.edge import nginx
@@ -35,11 +35,12 @@ from tests.support.live import (
     ROOT,
     LiveService,
     celery_worker_command,
+    operation_ended,
     post_command,
     serve,
-    stop,
     suite_database_env,
 )
+from tests.support.waits import wait_for
 
 # Transactional: the nodes and workers are other processes, which see only
 # what is committed.
@@ -91,20 +92,40 @@ def answering_workers() -> set[str]:
 @contextmanager
 def celery_workers(envs: Mapping[str, Mapping[str, str]]) -> Iterator[list[str]]:
     """A Celery worker process per name (``-n name@%h``); yields the node names once all answer."""
+    logs = servers.workdir("celery-workers-")
     processes = [
-        subprocess.Popen(celery_worker_command(name), cwd=ROOT, env=dict(env))
+        servers.start(
+            f"celery worker {name}",
+            celery_worker_command(name),
+            log=logs / f"{name}.log",
+            cwd=ROOT,
+            env=dict(env),
+        )
         for name, env in envs.items()
     ]
+
+    def answering() -> list[str]:
+        assert all(p.poll() is None for p in processes), (
+            f"a Celery worker exited\n{servers.evidence()}"
+        )
+        return sorted(answering_workers())
+
+    failed = True
     try:
         # A worker says nothing when it is ready; its answer to a ping is the sign.
-        deadline = time.monotonic() + 30
-        while len(names := sorted(answering_workers())) < len(envs):
-            assert all(p.poll() is None for p in processes), "a Celery worker exited"
-            assert time.monotonic() < deadline, f"only {names} answer"
+        names = wait_for(
+            answering,
+            lambda names: len(names) >= len(envs),
+            30,
+            interval=0,  # each ping waits half a second for its answers
+            what=f"Celery workers {sorted(envs)} answering a ping",
+        )
         assert [name.split("@")[0] for name in names] == sorted(envs)
         yield names
+        failed = False
     finally:
-        stop(processes)
+        servers.stop(processes)
+        servers.discard(logs, keep=failed)
 
 
 @pytest.fixture(scope="module")
@@ -146,20 +167,8 @@ def place_order(cluster: Cluster, token: str, key: str) -> dict[str, Any]:
 
 def finished(cluster: Cluster, token: str, operation_id: str) -> dict[str, Any]:
     """Poll an operation through the balancer, as a client does, until it leaves processing."""
-    deadline = time.monotonic() + 30
-    while True:
-        response = requests.get(
-            cluster.url(f"/v1/operations/{operation_id}"),
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=10,
-        )
-        assert response.status_code == 200
-        operation: dict[str, Any] = response.json()
-        if operation["status"] != "processing":
-            return operation
-        assert time.monotonic() < deadline, f"{operation_id} still processing"
-        # A client would wait Retry-After (1 s); the worker is quicker than that.
-        time.sleep(min(float(response.headers["Retry-After"]), 0.1))
+    url = cluster.url(f"/v1/operations/{operation_id}")
+    return operation_ended(url, {"Authorization": f"Bearer {token}"})
 
 
 def charges() -> Counter[str]:

@@ -8,17 +8,15 @@ deploy/prometheus/rules.yml reads is there. A metric renamed in the code
 breaks this test, not an alert at night.
 """
 
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.observability.test_alert_rules import metric_names_in_rules, promtool
+from tests.support import servers
 from tests.support.http import ORDER, Api
 from tests.support.live import (
     BIN,
@@ -27,10 +25,10 @@ from tests.support.live import (
     free_port,
     post_command,
     serve,
-    stop,
     suite_database_env,
     wait_until_answering,
 )
+from tests.support.waits import describe, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,12 +69,14 @@ def deployment(
         PAYMENT_PROVIDER_LATENCY="0",
     )
     app.control.purge()
-    worker = subprocess.Popen(
+    worker = servers.start(
+        "celery worker",
         [
             str(BIN / "celery"),
             *("-A", "config", "worker", "--pool=prefork", f"--concurrency={CHILDREN}"),
             *("--max-tasks-per-child=1", "--loglevel=WARNING"),
         ],
+        log=tmp_path_factory.mktemp("logs") / "celery-worker.log",
         cwd=ROOT,
         env=env,
     )
@@ -88,7 +88,7 @@ def deployment(
             wait_until_answering(worker_metrics, [worker])
             yield Deployment(service, worker_metrics, temp)
     finally:
-        stop([worker])
+        servers.stop([worker])
 
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -105,7 +105,7 @@ def samples(url: str) -> Samples:
 
 def scrape(url: str) -> str:
     response = requests.get(url, timeout=10)
-    assert response.status_code == 200
+    assert response.status_code == 200, describe(response)
     return response.text
 
 
@@ -129,14 +129,6 @@ def pay(deployment: Deployment, api: Api, method: str, key: str) -> str:
     return str(accepted.json()["operationId"])
 
 
-def until(condition: Any, what: str, within_s: float = 60) -> None:
-    # Another process's counters: polled, as Prometheus does.
-    deadline = time.monotonic() + within_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_a_workers_counts_survive_its_children_and_its_files_stay_few(
     deployment: Deployment, api: Api
 ) -> None:
@@ -144,20 +136,22 @@ def test_a_workers_counts_survive_its_children_and_its_files_stay_few(
         pay(deployment, api, "pm_card_ok", f"ok-{n}")
     pay(deployment, api, "pm_card_provider_down", "down")
 
-    def counted() -> Samples:
-        return samples(deployment.worker_metrics)
+    def ended() -> dict[str, float]:
+        found = samples(deployment.worker_metrics)
+        return {
+            status: value(found, "operations_ended_total", kind="payment.charge", status=status)
+            for status in ("succeeded", "failed")
+        }
 
-    until(
-        lambda: (
-            value(counted(), "operations_ended_total", kind="payment.charge", status="failed") == 1
-            and value(
-                counted(), "operations_ended_total", kind="payment.charge", status="succeeded"
-            )
-            == 4
-        ),
-        "the payments did not all end",
+    # Another process's counters: polled, as Prometheus does.
+    wait_for(
+        ended,
+        lambda by_status: by_status == {"succeeded": 4, "failed": 1},
+        60,
+        interval=0.1,
+        what="the worker's metrics counting 4 payments succeeded and 1 failed",
     )
-    found = counted()
+    found = samples(deployment.worker_metrics)
     assert value(found, "provider_calls_total", call="charge", result="succeeded") == 4
     assert value(found, "provider_calls_total", call="charge", result="unavailable") == MAX_ATTEMPTS
     assert value(found, "provider_calls_total", call="look_up", result="not_found") == 1
@@ -181,16 +175,16 @@ def test_promtool_reads_the_scrapes_and_they_have_every_metric_the_rules_read(
 ) -> None:
     # A command and a payment, so that the series with labels exist.
     ended = pay(deployment, api, "pm_card_ok", "read")
-    until(
-        lambda: (
-            requests.get(
-                deployment.service.url(f"/v1/operations/{ended}"),
-                headers={"Authorization": f"Bearer {api.token}"},
-                timeout=10,
-            ).json()["status"]
-            != "processing"
-        ),
-        "the payment did not end",
+    wait_for(
+        lambda: requests.get(
+            deployment.service.url(f"/v1/operations/{ended}"),
+            headers={"Authorization": f"Bearer {api.token}"},
+            timeout=10,
+        ).json()["status"],
+        lambda status: status != "processing",
+        60,
+        interval=0.1,
+        what=f"operation {ended} ending",
     )
     names = set()
     for url in (deployment.service.url("/metrics"), deployment.worker_metrics):

@@ -31,23 +31,25 @@ import psycopg
 import pytest
 import requests
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from psycopg import sql
 
 from idempotency.models import IdempotencyKey
 from orders.models import Order, Payment
-from tests.support.concurrency import run_concurrently, wait_until
+from tests.support.concurrency import lock_waiters, run_concurrently
 from tests.support.http import ORDER, Api, payment_body
 from tests.support.live import (
     LiveService,
     manage,
+    operation_ended,
     post_command,
     serve,
     suite_database_env,
     suite_database_url,
 )
 from tests.support.pooler import Console, PgBouncer, pgbouncer
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,17 +112,7 @@ class Remote:
 
     def finished_operation(self, location: str) -> dict[str, Any]:
         """Poll an operation as a client does until it leaves ``processing``."""
-        deadline = time.monotonic() + 30
-        while True:
-            response = self.get(location)
-            assert response.status_code == 200, response.text
-            operation: dict[str, Any] = response.json()
-            if operation["status"] != "processing":
-                return operation
-            assert time.monotonic() < deadline, f"{location} still processing"
-            # Retry-After (a second) is a client's pace; the worker takes a
-            # message at once, so a tenth of it keeps the test short.
-            time.sleep(min(float(response.headers["Retry-After"]), 0.1))
+        return operation_ended(self.service.url(location), self.api.headers())
 
 
 @pytest.fixture
@@ -214,18 +206,6 @@ def test_the_walkthrough_holds_through_the_pooler(remote: Remote) -> None:
     assert Order.objects.count() == 1
 
 
-def lock_waiters() -> int:
-    """Backends of the suite's database waiting on a lock now (pooled ones included)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        row = cursor.fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 @contextmanager
 def orders_blocked() -> Iterator[None]:
     """No order can be inserted while the block runs (a SHARE lock on the table)."""
@@ -248,9 +228,9 @@ def test_a_duplicate_waits_for_the_running_command_and_gets_its_replay(remote: R
         # wait is bounded by IDEMPOTENCY_WAIT too, so the lock is let go
         # as soon as the duplicate is seen waiting for the key.
         first: Future[requests.Response] = executor.submit(send)
-        wait_until(lambda: lock_waiters() == 1)
+        wait_for(lock_waiters, lambda n: n == 1, what="the first command waiting on its lock")
         duplicate = executor.submit(send)
-        wait_until(lambda: lock_waiters() == 2)
+        wait_for(lock_waiters, lambda n: n == 2, what="the duplicate waiting on the lock too")
 
     assert first.result().status_code == 201
     assert "Idempotent-Replayed" not in first.result().headers

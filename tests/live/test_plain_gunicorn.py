@@ -11,8 +11,6 @@ workers write show which worker served how many.
 """
 
 import json
-import subprocess
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,16 +23,17 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.models import RateLimitWindow
+from tests.support import servers
 from tests.support.http import ORDER, Api
 from tests.support.live import (
     BIN,
     ROOT,
     LiveService,
     free_port,
-    stop,
     suite_database_env,
     wait_until_healthy,
 )
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,8 +62,10 @@ def plain_gunicorn(env: dict[str, str], tmp_path: Path) -> Iterator[LiveService]
     directory gunicorn makes is found under ``tmp_path``.
     """
     port = free_port()
-    server = subprocess.Popen(
+    server = servers.start(
+        "gunicorn",
         PLAIN_GUNICORN,
+        log=tmp_path / "gunicorn.log",
         cwd=ROOT,
         env={**env, "BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)},
     )
@@ -74,17 +75,24 @@ def plain_gunicorn(env: dict[str, str], tmp_path: Path) -> Iterator[LiveService]
         _wait_until_every_worker_serves(service, tmp_path)
         yield service
     finally:
-        stop([server])
+        servers.stop([server])
 
 
 def _wait_until_every_worker_serves(service: LiveService, tmp_path: Path) -> None:
+    def served() -> dict[int, float]:
+        in_parallel(16, lambda _: requests.get(service.url("/healthz"), timeout=5))
+        return per_worker(tmp_path, "http_requests_total", route="/healthz")
+
     # The first worker to load the app answers /healthz while the others
     # may still be loading it; until they all serve, one worker would take
     # every request.
-    deadline = time.monotonic() + 30
-    while len(per_worker(tmp_path, "http_requests_total", route="/healthz")) < WORKERS:
-        assert time.monotonic() < deadline, "not every worker served a request"
-        in_parallel(16, lambda _: requests.get(service.url("/healthz"), timeout=5))
+    wait_for(
+        served,
+        lambda by_pid: len(by_pid) >= WORKERS,
+        30,
+        interval=0,
+        what=f"each of the {WORKERS} workers serving a request (requests by pid)",
+    )
 
 
 def in_parallel(n: int, request: Callable[[int], requests.Response]) -> list[requests.Response]:

@@ -39,7 +39,10 @@ def promtool(*args: str, stdin: str | None = None) -> None:
     result = subprocess.run(
         [path, *args], cwd=PROMETHEUS, input=stdin, capture_output=True, text=True
     )
-    assert result.returncode == 0, f"promtool {' '.join(args)}:\n{result.stdout}{result.stderr}"
+    assert result.returncode == 0, (
+        f"promtool {' '.join(args)} exited with status {result.returncode}:\n"
+        f"{result.stdout}{result.stderr}"
+    )
 
 
 def rules() -> list[dict[str, Any]]:

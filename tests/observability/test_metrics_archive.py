@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from observability import metrics_archive
 from tests.support.live import ROOT, LiveService, serve, suite_database_env
-from tests.support.workers import Gunicorn, metrics_files, pid_file_args, poll
+from tests.support.waits import wait_for
+from tests.support.workers import Gunicorn, metrics_files, pid_file_args
 
 Series = tuple[str, frozenset[tuple[str, str]]]
 
@@ -297,10 +298,11 @@ class Driver:
         with scraper.paused():
             victim = min(self.server.workers())
             self.server.kill(victim, signal.SIGKILL)
-            poll(
-                lambda: True if victim not in self.server.workers() else None,
-                within_s=30,
-                what=f"end of worker {victim}",
+            wait_for(
+                self.server.workers,
+                lambda workers: victim not in workers,
+                30,
+                what=f"the end of worker {victim}",
             )
         self.killed += 1
         # Its replacement, so that the next round does not kill again for one restart.
@@ -318,12 +320,14 @@ class Driver:
         reaps it, within its main loop's second.
         """
 
-        def reaped() -> tuple[list[str], int] | None:
+        def of_the_dead() -> tuple[list[str], int]:
             live = {str(pid) for pid in self.server.workers()}
             dead = [p for p in self.metrics_dir.glob("*.db") if p.stem.split("_")[-1] not in live]
-            names = sorted(p.name for p in dead)
-            if any(not name.endswith("_archive.db") for name in names):
-                return None
-            return names, sum(p.stat().st_size for p in dead)
+            return sorted(p.name for p in dead), sum(p.stat().st_size for p in dead)
 
-        return poll(reaped, within_s=30, what="fold of every dead worker")
+        return wait_for(
+            of_the_dead,
+            lambda found: all(name.endswith("_archive.db") for name in found[0]),
+            30,
+            what="every dead worker's files folded into the archive",
+        )

@@ -32,7 +32,7 @@ from provider.gateway import ProviderResult
 from provider.simulator import SimulatedProvider
 from tests.support.concurrency import FinishedOperation
 from tests.support.http import Api, body_of, payment_body, problem
-from tests.support.workers import poll
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -236,10 +236,11 @@ def test_with_opentelemetry_every_span_of_a_payment_is_in_the_callers_trace(
     task_span = "run/operations.tasks.run_operation"
     # The task's span ends in the task's postrun, which may come after the
     # operation's end is visible.
-    poll(
-        lambda: any(s.name == task_span for s in exported_spans.get_finished_spans()) or None,
-        within_s=10,
-        what="task span",
+    wait_for(
+        lambda: [s.name for s in exported_spans.get_finished_spans()],
+        lambda names: task_span in names,
+        10,
+        what=f"the span {task_span} exported",
     )
 
     spans = [

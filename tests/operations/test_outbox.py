@@ -13,14 +13,10 @@ from config.celery import app
 from operations.models import Operation
 from operations.services import claim_operation, lease_kept, publish, sweep_lost_operations
 from provider.models import LedgerEntry
-from tests.support.concurrency import (
-    FinishedOperation,
-    run_concurrently,
-    running_worker,
-    wait_until,
-)
+from tests.support.concurrency import FinishedOperation, run_concurrently, running_worker
 from tests.support.http import Api, body_of, payment_body
 from tests.support.live import LiveService, serve, suite_database_env
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,8 +146,10 @@ def test_a_worker_renews_its_lease_while_it_works(
     assert first_lease is not None
 
     with lease_kept(operation):
-        wait_until(
-            lambda: Operation.objects.get(pk=operation.pk).claimed_until > first_lease  # type: ignore[operator]
+        wait_for(
+            lambda: Operation.objects.get(pk=operation.pk).claimed_until,
+            lambda lease: lease is not None and lease > first_lease,
+            what=f"the lease renewed past {first_lease}",
         )
         renewed = Operation.objects.get(pk=operation.pk)
 

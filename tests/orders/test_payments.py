@@ -19,12 +19,7 @@ from orders.models import Order, Payment
 from orders.services import charge_payment
 from provider.gateway import ProviderResult
 from provider.models import Attempt, LedgerEntry
-from tests.support.concurrency import (
-    FinishedOperation,
-    backend_waiting_on_a_lock,
-    run_concurrently,
-    wait_until,
-)
+from tests.support.concurrency import FinishedOperation, run_concurrently, wait_for_lock_waiters
 from tests.support.http import Api, ClientResponse, body_of, payment_body
 from tests.support.live import suite_database_url
 
@@ -427,7 +422,7 @@ def test_a_finishing_charge_waits_for_the_order_before_touching_the_payment(
         # A command holding the order, as a new payment or a cancel does.
         command.execute("SELECT 1 FROM orders_order WHERE id = %s FOR UPDATE", [order["id"]])
         worker.start()
-        wait_until(backend_waiting_on_a_lock)
+        wait_for_lock_waiters()
         # The worker waits on the order, not holding the payment: the
         # command could insert a payment without waiting for the worker.
         with psycopg.connect(suite_database_url()) as probe:

@@ -21,9 +21,7 @@ import socket
 import socketserver
 import struct
 import subprocess
-import tempfile
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +29,9 @@ from pathlib import Path
 
 import requests
 
-from tests.support.live import ROOT, LiveService, stop
+from tests.support import servers
+from tests.support.live import ROOT, LiveService
+from tests.support.waits import Answer, describe, wait_until
 
 HAPROXY = Path("/usr/sbin/haproxy")
 CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -170,45 +170,56 @@ def balance(nodes: Sequence[LiveService], *, within_s: float = 30) -> Iterator[B
         "WEB_ADDRESS": f"{SERVICE_NAME}:{port}",
         "DNS_NAMESERVER": f"127.0.0.1:{dns.server_address[1]}",
     }
+    workdir = servers.workdir("haproxy-")
+    failed = True
     try:
-        with tempfile.TemporaryDirectory(prefix="haproxy-") as workdir:
-            master_socket = Path(workdir) / "master.sock"
-            # -W -db: master-worker mode in the foreground, as the haproxy image runs it.
-            process = subprocess.Popen(
-                [str(HAPROXY), "-W", "-db", "-S", str(master_socket), "-f", str(CONFIG)], env=env
+        master_socket = workdir / "master.sock"
+        # -W -db: master-worker mode in the foreground, as the haproxy image runs it.
+        process = servers.start(
+            "haproxy",
+            [str(HAPROXY), "-W", "-db", "-S", str(master_socket), "-f", str(CONFIG)],
+            log=workdir / "haproxy.log",
+            env=env,
+        )
+        try:
+            balancer = Balancer(
+                service=LiveService(base_url=f"http://127.0.0.1:{listen}"),
+                master_socket=master_socket,
             )
-            try:
-                balancer = Balancer(
-                    service=LiveService(base_url=f"http://127.0.0.1:{listen}"),
-                    master_socket=master_socket,
-                )
-                nodes_in_rotation = {f"{host}:{port}" for host in hosts}
-                _wait_until_ready(balancer, process, nodes_in_rotation, within_s)
-                yield balancer
-            finally:
-                stop([process])
+            nodes_in_rotation = {f"{host}:{port}" for host in hosts}
+            _wait_until_ready(balancer, process, nodes_in_rotation, within_s)
+            yield balancer
+            failed = False
+        finally:
+            servers.stop([process])
     finally:
         dns.shutdown()
         dns.server_close()
+        servers.discard(workdir, keep=failed)
 
 
 def _wait_until_ready(
     balancer: Balancer, process: subprocess.Popen[bytes], nodes: set[str], within_s: float
 ) -> None:
+    def ready() -> Answer:
+        assert process.poll() is None, f"haproxy exited\n{servers.evidence()}"
+        # A server is UP from the moment DNS gives it an address, before
+        # any check: a passed check is the sign it is in rotation.
+        slots = balancer.servers()
+        up = {s.address for s in slots if (s.status, s.check) == ("UP", "L7OK")}
+        seen = ", ".join(f"{s.name} {s.address or '-'} {s.status} {s.check}" for s in slots)
+        if up != nodes:
+            return Answer(False, seen)
+        answer = requests.get(balancer.service.url("/healthz"), timeout=5)
+        return Answer(True, describe(answer))
+
     # HAProxy signals nothing when it resolves a name or a check passes: its
-    # statistics are polled, and then its port.
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "haproxy exited"
-        try:
-            # A server is UP from the moment DNS gives it an address, before
-            # any check: a passed check is the sign it is in rotation.
-            up = {s.address for s in balancer.servers() if (s.status, s.check) == ("UP", "L7OK")}
-            if up == nodes:
-                requests.get(balancer.service.url("/healthz"), timeout=5)
-                return
-        except OSError:
-            # The CLI socket or the port is not open yet.
-            pass
-        time.sleep(0.05)
-    raise AssertionError("haproxy did not put every node in rotation")
+    # statistics are polled (the CLI socket or the port may not be open yet),
+    # and then its port.
+    wait_until(
+        ready,
+        within_s,
+        interval=0.05,
+        what=f"haproxy putting {sorted(nodes)} in rotation",
+        ignoring=(OSError,),
+    )

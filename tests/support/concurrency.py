@@ -1,16 +1,17 @@
 """Real concurrency: threads released together, a Celery worker, waits on the database."""
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from tests.support.waits import wait_for
+
 if TYPE_CHECKING:
-    # Not imported at run time: the scripts of tests/bench use this module's
-    # waits without setting Django up.
+    # For the type alone: a model is imported once Django is set up, which
+    # a module of tests/support does not assume.
     from operations.models import Operation
 
 # The ``finished_operation`` fixture: waits for an operation (by id) to
@@ -47,35 +48,28 @@ def run_concurrently(n: int, fn: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-def wait_until(
-    condition: Callable[[], bool],
-    timeout: float = 10.0,
-    *,
-    interval: float = 0.01,
-    what: str = "condition",
-) -> float:
-    """Poll a condition that offers no event to wait on; the seconds it took to hold.
-
-    The database exposes no event for most of them; servers such as Patroni
-    and etcd answer only HTTP requests, which are polled less often
-    (``interval``).
-    """
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout, f"{what}: not reached within {timeout} s"
-        time.sleep(interval)
-    return time.monotonic() - started
-
-
-def backend_waiting_on_a_lock() -> bool:
-    """Some connection to the test database is waiting on a lock."""
+def lock_waiters() -> int:
+    """How many connections to the test database wait on a lock now."""
     with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
         waiting: int = cursor.fetchone()[0]
-        return waiting > 0
+        return waiting
+
+
+def wait_for_lock_waiters(count: int = 1, timeout: float = 10.0) -> None:
+    """Until ``count`` connections (or more) to the test database wait on a lock.
+
+    The database offers no event for it: ``pg_stat_activity`` is polled.
+    """
+    wait_for(
+        lock_waiters,
+        lambda waiting: waiting >= count,
+        timeout,
+        what=f"{count} or more connections to the test database waiting on a lock",
+    )
 
 
 @contextmanager

@@ -11,13 +11,14 @@ import re
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import servers
 from tests.support.live import ROOT, LiveService, free_port, serve
+from tests.support.waits import wait_until
 
 NGINX = Path("/usr/sbin/nginx")
 TEMPLATE = ROOT / "deploy" / "nginx" / "order-service.conf.template"
@@ -87,43 +88,36 @@ def nginx(
     main.write_text(_main_config(workdir, rendered))
     command = [str(NGINX), "-p", f"{workdir}/", "-e", str(workdir / "error.log"), "-c", str(main)]
     check = subprocess.run([*command, "-t", "-q"], capture_output=True, text=True, check=False)
-    assert check.returncode == 0, check.stderr
-    with (workdir / "stdout.log").open("wb") as output:
-        # Its own session, so that the master and its workers can be ended
-        # together whatever state they are left in.
-        process = subprocess.Popen(
-            [*command, "-g", "daemon off;"],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    assert check.returncode == 0, f"nginx -t exited with status {check.returncode}: {check.stderr}"
+    # Its own session, so that the master and its workers can be ended
+    # together whatever state they are left in. Its own messages go to
+    # error.log (-e); stdout.log has only what it says before it reads that.
+    process = servers.start(
+        "nginx",
+        [*command, "-g", "daemon off;"],
+        log=workdir / "stdout.log",
+        other_logs=[workdir / "error.log"],
+        start_new_session=True,
+    )
     try:
-        _wait_until_listening(port, process, workdir)
+        _wait_until_listening(port, process)
         yield LiveService(base_url=f"http://127.0.0.1:{port}")
     finally:
         # SIGTERM is nginx's fast shutdown: the master ends its workers first.
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        servers.stop([process], within_s=10)
         # Any worker the master left behind.
         with suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def _wait_until_listening(port: int, process: subprocess.Popen[bytes], workdir: Path) -> None:
+def _wait_until_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    def listening() -> bool:
+        assert process.poll() is None, f"nginx exited\n{servers.evidence()}"
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+
     # nginx signals nothing when it listens; the port opening is the sign.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        assert process.poll() is None, (workdir / "error.log").read_text()
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise AssertionError("nginx did not start listening")
+    wait_until(listening, 10, interval=0.02, what=f"nginx listening on {port}", ignoring=(OSError,))
 
 
 @contextmanager

@@ -11,10 +11,10 @@ import os
 import queue
 import random
 import shutil
+import signal
 import socket
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +27,9 @@ from typing import Self
 import psycopg
 from psycopg import sql
 
-from tests.support.live import free_port, stop
+from tests.support import servers
+from tests.support.live import free_port
+from tests.support.waits import Answer, describe, wait_until
 
 HOST = "127.0.0.1"
 # How long a proxy thread blocks in a socket call before it looks again at
@@ -45,7 +47,7 @@ class _Closes:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.close()
 
 
@@ -423,15 +425,18 @@ class PostgresCluster(_Closes):
 
     Its data, Unix socket and log are in a temporary directory. The superuser
     ``postgres`` connects without a password; fsync is off, for the data is
-    thrown away. ``stop()`` and ``start()`` restart it on the same port and
-    data; ``close()`` stops it and removes the directory.
+    thrown away. The server runs in the foreground, a child of the test, so
+    that how it ended is known (tests/support/servers.py). ``stop()`` and
+    ``start()`` restart it on the same port and data; ``close()`` stops it
+    and removes the directory, unless a test failed.
     """
 
     def __init__(self) -> None:
         self.port = free_port()
-        self.directory = Path(tempfile.mkdtemp(prefix="faults-pg-"))
+        self.directory = servers.workdir("faults-pg-")
         self._data = str(self.directory / "data")
         self._log = self.directory / "server.log"
+        self._process: subprocess.Popen[bytes] | None = None
         if os.geteuid() == 0:
             shutil.chown(self.directory, "postgres")  # the server's user writes in it
         try:
@@ -439,8 +444,11 @@ class PostgresCluster(_Closes):
             self._run("initdb", "-D", self._data, *initdb)
             self.start()
         except BaseException:
-            self.close()
+            self.close(keep=True)
             raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.close(keep=exc_type is not None)
 
     def url(self, dbname: str = "postgres") -> str:
         """The URL of database ``dbname``, over TCP, as the superuser."""
@@ -453,45 +461,76 @@ class PostgresCluster(_Closes):
     def start(self) -> None:
         """Start the server; returns once it accepts connections."""
         # -F: fsync off; -k: the Unix socket in the directory, not /var/run/postgresql.
-        options = f"-F -h {HOST} -p {self.port} -k {self.directory}"
-        self._run("pg_ctl", "-D", self._data, "-l", str(self._log), "-o", options, "-w", "start")
+        options = ("-F", "-h", HOST, "-p", str(self.port), "-k", str(self.directory))
+        self._process = process = servers.start(
+            "postgresql",
+            [str(postgres_bindir() / "postgres"), "-D", self._data, *options],
+            log=self._log,
+            cwd=self.directory,  # the postgres user may not enter the test's own
+            **servers.as_user("postgres"),
+        )
+
+        def accepting() -> bool:
+            assert process.poll() is None, f"postgresql exited\n{servers.evidence()}"
+            with psycopg.connect(self.url(), connect_timeout=2):
+                return True
+
+        wait_until(
+            accepting,
+            30,
+            interval=0.02,
+            what=f"PostgreSQL on port {self.port} accepting connections",
+            ignoring=(psycopg.OperationalError,),
+        )
 
     def stop(self) -> None:
         """Stop the server (fast: sessions end at once); returns once it has exited."""
-        self._run("pg_ctl", "-D", self._data, "-m", "fast", "-w", "stop")
+        if self._process is not None:
+            servers.stop([self._process], how=signal.SIGINT)  # PostgreSQL's fast shutdown
+            self._process = None
 
-    def close(self) -> None:
-        self._run("pg_ctl", "-D", self._data, "-m", "immediate", "-w", "stop", check=False)
-        shutil.rmtree(self.directory, ignore_errors=True)
+    def close(self, *, keep: bool = False) -> None:
+        """Stop the server at once; remove its directory, unless ``keep`` (a failure)."""
+        if self._process is not None:
+            servers.stop([self._process], how=signal.SIGQUIT)  # PostgreSQL's immediate shutdown
+            self._process = None
+        servers.discard(self.directory, keep=keep)
 
-    def _run(self, program: str, *args: str, check: bool = True) -> None:
+    def _run(self, program: str, *args: str) -> None:
         argv = [str(postgres_bindir() / program), *args]
-        if os.geteuid() == 0:
-            # PostgreSQL refuses to run as root.
-            argv = [_program("runuser"), "-u", "postgres", "--", *argv]
-        # In the directory: the postgres user may not enter the test's own.
-        done = subprocess.run(argv, cwd=self.directory, capture_output=True, text=True, check=False)
-        if check and done.returncode != 0:
-            log = self._log.read_text() if self._log.exists() else ""
-            raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}{done.stderr}{log}")
+        done = subprocess.run(
+            argv,
+            cwd=self.directory,
+            capture_output=True,
+            text=True,
+            check=False,
+            **servers.as_user("postgres"),
+        )
+        assert done.returncode == 0, (
+            f"{' '.join(argv)} exited with status {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
 
 
 class RedisServer(_Closes):
     """A throwaway redis-server on 127.0.0.1 and a free port, without persistence.
 
     Started on creation; ``stop()`` and ``start()`` restart it on the same
-    port, empty. ``close()`` ends it and removes its temporary directory.
+    port, empty. ``close()`` ends it and removes its temporary directory,
+    unless a test failed.
     """
 
     def __init__(self) -> None:
         self.port = free_port()
-        self.directory = Path(tempfile.mkdtemp(prefix="faults-redis-"))
+        self.directory = servers.workdir("faults-redis-")
         self._process: subprocess.Popen[bytes] | None = None
         try:
             self.start()
         except BaseException:
-            self.close()
+            self.close(keep=True)
             raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.close(keep=exc_type is not None)
 
     def url(self, db: int = 0) -> str:
         """The URL of database number ``db``."""
@@ -499,41 +538,40 @@ class RedisServer(_Closes):
 
     def start(self) -> None:
         """Start the server; returns once it answers PING."""
-        log = self.directory / "redis.log"
-        with log.open("ab") as output:
-            self._process = subprocess.Popen(
-                [
-                    _program("redis-server"),
-                    *("--bind", HOST, "--port", str(self.port), "--dir", str(self.directory)),
-                    # No persistence: a restart starts empty.
-                    *("--save", "", "--appendonly", "no"),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
+        self._process = process = servers.start(
+            "redis-server",
+            [
+                _program("redis-server"),
+                *("--bind", HOST, "--port", str(self.port), "--dir", str(self.directory)),
+                # No persistence: a restart starts empty.
+                *("--save", "", "--appendonly", "no"),
+            ],
+            log=self.directory / "redis.log",
+        )
+
+        def answering() -> Answer:
+            assert process.poll() is None, f"redis-server exited\n{servers.evidence()}"
+            return _answers_ping(self.port)
+
         # Redis tells systemd alone that it is ready: its port is polled.
-        deadline = time.monotonic() + 10
-        while not _answers_ping(self.port):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start:\n{log.read_text()}")
-            time.sleep(0.02)
+        wait_until(answering, 10, interval=0.02, what=f"redis-server on port {self.port}")
 
     def stop(self) -> None:
         """End the server; returns once it has exited."""
         process, self._process = self._process, None
         if process is not None:
-            stop([process])
+            servers.stop([process])
 
-    def close(self) -> None:
+    def close(self, *, keep: bool = False) -> None:
         self.stop()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        servers.discard(self.directory, keep=keep)
 
 
-def _answers_ping(port: int) -> bool:
+def _answers_ping(port: int) -> Answer:
     try:
         with socket.create_connection((HOST, port), timeout=1) as sock:
             sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
+            answer = sock.recv(64)
+    except OSError as error:
+        return Answer(False, describe(error))
+    return Answer(answer.startswith(b"+PONG"), repr(answer))

@@ -1,11 +1,14 @@
-"""The service as deployed: gunicorn (and a Celery worker) in their own processes."""
+"""The service as deployed: gunicorn (and a Celery worker) in their own processes.
+
+Each logs to a file of its own (tests/support/servers.py), which a failed
+test shows the end of.
+"""
 
 import json
 import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,7 +17,8 @@ from typing import Any
 
 import requests
 
-from tests.support.concurrency import wait_until
+from tests.support import servers
+from tests.support.waits import Answer, describe, http_answer, wait_for, wait_until
 
 # The repository, two folders above this file.
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,14 +74,33 @@ def paid_order(
     body = payment_body(placed.json()["order"])
     accepted = send(service.url("/v1/payments"), body, token=token, key=f"{key}-pay")
     operation = service.url(accepted.headers["Location"])
-    headers = {"Authorization": f"Bearer {token}"}
-    wait_until(
-        lambda: requests.get(operation, headers=headers, timeout=5).json()["status"] == "succeeded",
-        30,
-        interval=0.05,
-        what="the payment succeeding",
-    )
+    ended = operation_ended(operation, {"Authorization": f"Bearer {token}"})
+    assert ended["status"] == "succeeded", ended
     return str(accepted.json()["paymentId"])
+
+
+def operation_ended(
+    url: str, headers: Mapping[str, str], *, within_s: float = 30
+) -> dict[str, Any]:
+    """Poll the operation at ``url`` as a client does until it leaves ``processing``; its body.
+
+    A client would wait ``Retry-After`` (a second); a worker takes a message
+    at once, so a tenth of that keeps a test short.
+    """
+
+    def read() -> dict[str, Any]:
+        response = requests.get(url, headers=dict(headers), timeout=10)
+        assert response.status_code == 200, describe(response)
+        operation: dict[str, Any] = response.json()
+        return operation
+
+    return wait_for(
+        read,
+        lambda operation: operation["status"] != "processing",
+        within_s,
+        interval=0.1,
+        what=f"the operation {url} ending",
+    )
 
 
 def free_port() -> int:
@@ -88,14 +111,18 @@ def free_port() -> int:
 
 
 def manage(*args: str, env: Mapping[str, str]) -> str:
-    """Run ``manage.py`` in its own process; returns its stdout."""
+    """Run ``manage.py`` in its own process; returns its stdout, or fails with all it printed."""
     result = subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
         env=dict(env),
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"manage.py {' '.join(args)} exited with status {result.returncode}:\n"
+        f"{result.stdout}{result.stderr}"
     )
     return result.stdout
 
@@ -121,27 +148,35 @@ def serve(
     """
     port = port or free_port()
     env = {**env, "BIND": f"{host}:{port}", "WEB_CONCURRENCY": str(web_workers)}
+    logs = servers.workdir("serve-")
     processes = [
-        subprocess.Popen(
-            [
-                str(BIN / "gunicorn"),
-                "-c",
-                "config/gunicorn.py",
-                *gunicorn_args,
-                app,
-            ],
+        servers.start(
+            "gunicorn",
+            [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", *gunicorn_args, app],
+            log=logs / "gunicorn.log",
             cwd=ROOT,
             env=env,
         )
     ]
     if celery:
-        processes.append(subprocess.Popen(celery_worker_command(), cwd=ROOT, env=env))
+        processes.append(
+            servers.start(
+                "celery worker",
+                celery_worker_command(),
+                log=logs / "celery-worker.log",
+                cwd=ROOT,
+                env=env,
+            )
+        )
+    failed = True
     try:
         service = LiveService(base_url=f"http://{host}:{port}")
         wait_until_healthy(service, processes)
         yield service
+        failed = False
     finally:
-        stop(processes)
+        servers.stop(processes)
+        servers.discard(logs, keep=failed)
 
 
 def celery_worker_command(name: str | None = None) -> list[str]:
@@ -161,28 +196,14 @@ def wait_until_answering(
     url: str, processes: Sequence[subprocess.Popen[Any]], *, within_s: float = 30
 ) -> None:
     """Until ``url`` answers ``200``; fails at once if one of ``processes`` exits."""
+
+    def answering() -> Answer:
+        exited = [p for p in processes if p.poll() is not None]
+        assert not exited, f"a process exited before {url} answered\n{servers.evidence()}"
+        return http_answer(url, timeout=5)
+
     # The port opens when the server is ready; there is no event to wait on.
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        assert all(p.poll() is None for p in processes), "a service process exited"
-        try:
-            if requests.get(url, timeout=5).status_code == 200:
-                return
-        except (requests.ConnectionError, requests.Timeout):
-            time.sleep(0.05)
-    raise AssertionError(f"{url} did not answer")
-
-
-def stop(processes: Sequence[subprocess.Popen[Any]]) -> None:
-    """SIGTERM to each, then each waited for; one still running after 20 s is killed."""
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    wait_until(answering, within_s, interval=0.05, what=f"{url} answering 200")
 
 
 def base_env(**overrides: str) -> dict[str, str]:

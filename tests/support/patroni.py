@@ -3,7 +3,10 @@
 ``PatroniCluster()`` starts an etcd and two Patroni nodes on this machine
 (Debian's ``patroni`` and ``etcd-server``), each with its own ports and
 data directory in a temporary directory, as the ``postgres`` user when the
-tests run as root (PostgreSQL refuses root). Every node runs
+tests run as root (PostgreSQL refuses root). Each logs to a file there
+(``etcd.log``, ``pg0.log``: Patroni's lines and its PostgreSQL's), which a
+failure shows the end of (tests/support/servers.py); a failed test keeps
+the directory. Every node runs
 ``deploy/patroni/patroni.yml``, the configuration a deployment uses, with
 its own settings in its environment, as that file says. The first node
 bootstraps the cluster and leads; the second copies it and streams from
@@ -23,9 +26,8 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
@@ -34,9 +36,10 @@ import psycopg
 import requests
 from psycopg import sql
 
-from tests.support.concurrency import wait_until
+from tests.support import servers
 from tests.support.faults import DelayedLink, postgres_bindir
-from tests.support.live import ROOT, free_port, stop
+from tests.support.live import ROOT, free_port
+from tests.support.waits import Answer, http_answer, wait_until
 
 HOST = "127.0.0.1"
 CONFIG = ROOT / "deploy" / "patroni" / "patroni.yml"
@@ -52,23 +55,11 @@ _START_WITHIN_S = 90.0
 _POLL_S = 0.05
 
 
-def _as_server_user() -> dict[str, Any]:
-    """``subprocess.Popen``'s arguments that run a server as ``postgres`` when we are root."""
-    return {"user": _RUN_AS, "group": _RUN_AS, "extra_groups": []} if os.geteuid() == 0 else {}
-
-
 def _program(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         raise FileNotFoundError(f"{name} is not on PATH (Debian's patroni and etcd-server)")
     return path
-
-
-def _answers(url: str, *, status: int = 200) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == status
-    except requests.RequestException:
-        return False
 
 
 class Etcd:
@@ -79,39 +70,33 @@ class Etcd:
         self.log = directory / "etcd.log"
         peer = f"http://{HOST}:{peer_port}"
         client = f"http://{HOST}:{self.port}"
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(
-                [
-                    _program("etcd"),
-                    *("--name", "etcd0", "--data-dir", str(directory / "etcd")),
-                    *("--listen-client-urls", client, "--advertise-client-urls", client),
-                    *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer),
-                    *("--initial-cluster", f"etcd0={peer}"),
-                ],
-                cwd=directory,
-                env={"PATH": "/usr/bin:/bin", "HOME": str(directory)},
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                **_as_server_user(),
-            )
-        wait_until(self._healthy, 30, interval=_POLL_S, what=f"etcd (see {self.log})")
+        self.process = servers.start(
+            "etcd",
+            [
+                _program("etcd"),
+                *("--name", "etcd0", "--data-dir", str(directory / "etcd")),
+                *("--listen-client-urls", client, "--advertise-client-urls", client),
+                *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer),
+                *("--initial-cluster", f"etcd0={peer}"),
+            ],
+            log=self.log,
+            cwd=directory,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(directory)},
+            **servers.as_user(_RUN_AS),
+        )
+        wait_until(self._healthy, 30, interval=_POLL_S, what="etcd answering healthy")
 
     @property
     def hosts(self) -> str:
         return f"{HOST}:{self.port}"
 
-    def _healthy(self) -> bool:
-        assert self.process.poll() is None, f"etcd exited; see {self.log}"
-        try:
-            answer = requests.get(f"http://{self.hosts}/health", timeout=2)
-        except requests.RequestException:
-            return False
-        return answer.status_code == 200 and answer.json().get("health") == "true"
+    def _healthy(self) -> Answer:
+        assert self.process.poll() is None, f"etcd exited\n{servers.evidence()}"
+        answer = http_answer(f"http://{self.hosts}/health")
+        return Answer(bool(answer) and '"health":"true"' in answer.seen, answer.seen)
 
     def close(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        servers.kill(self.process)
 
 
 @dataclass(eq=False)
@@ -121,8 +106,11 @@ class PatroniNode:
     name: str
     directory: Path
     environment: dict[str, str]
-    port: int = field(default_factory=free_port)
-    rest_port: int = field(default_factory=free_port)
+    # Chosen at its first start, not before: a port found free is taken by
+    # the server at once, before another connection's ephemeral port can be
+    # that one.
+    port: int = 0
+    rest_port: int = 0
     # Each byte another node's standby reads from this one is held this
     # long on its way (tests.support.faults.DelayedLink): a walsender
     # running behind, or a standby far away. The service connects directly.
@@ -143,7 +131,9 @@ class PatroniNode:
         return f"http://{HOST}:{self.rest_port}"
 
     def start(self) -> None:
-        """Start Patroni, which starts (or first creates) its PostgreSQL."""
+        """Start Patroni, which starts (or first creates) its PostgreSQL, on the node's ports."""
+        if not self.port:
+            self.port, self.rest_port = free_port(), free_port()
         connect_address = (HOST, self.port)
         if self.link_delay_s:
             self.link = DelayedLink(connect_address, delay_s=self.link_delay_s)
@@ -159,16 +149,14 @@ class PatroniNode:
             "PATRONI_POSTGRESQL_PGPASS": str(self.directory / f"{self.name}.pgpass"),
             "PATRONI_POSTGRESQL_BIN_DIR": str(postgres_bindir()),
         }
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(
-                [_program("patroni"), str(CONFIG)],
-                cwd=self.directory,
-                env={**self.environment, **address},
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                **_as_server_user(),
-            )
+        self.process = servers.start(
+            f"patroni {self.name}",
+            [_program("patroni"), str(CONFIG)],
+            log=self.log,
+            cwd=self.directory,
+            env={**self.environment, **address},
+            **servers.as_user(_RUN_AS),
+        )
 
     def status(self) -> dict[str, Any]:
         """Patroni's view of this node (``GET /patroni``); empty if it does not answer."""
@@ -178,15 +166,18 @@ class PatroniNode:
             return {}
         return answer
 
-    def is_primary(self) -> bool:
-        """Whether Patroni says this node is the primary (``GET /primary``, HAProxy's check)."""
-        return _answers(f"{self.rest_url}/primary")
+    def is_primary(self) -> Answer:
+        """Whether Patroni says this node is the primary (``GET /primary``, HAProxy's check).
 
-    def is_synchronous_standby(self) -> bool:
-        return _answers(f"{self.rest_url}/sync")
+        Patroni's answer says the node's state and role either way.
+        """
+        return http_answer(f"{self.rest_url}/primary")
 
-    def is_replica(self) -> bool:
-        return _answers(f"{self.rest_url}/replica")
+    def is_synchronous_standby(self) -> Answer:
+        return http_answer(f"{self.rest_url}/sync")
+
+    def is_replica(self) -> Answer:
+        return http_answer(f"{self.rest_url}/replica")
 
     def postmaster_pid(self) -> int:
         return int((self.data_dir / "postmaster.pid").read_text().split()[0])
@@ -202,7 +193,8 @@ class PatroniNode:
         assert self.process is not None
         postmaster = self.postmaster_pid()
         children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
-        for pid in [self.process.pid, postmaster, *map(int, children)]:
+        servers.kill(self.process, wait=False)
+        for pid in [postmaster, *map(int, children)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if self.link is not None:
@@ -214,12 +206,7 @@ class PatroniNode:
         """Stop Patroni cleanly: it shuts its PostgreSQL down first (and gives up the lead)."""
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        servers.stop([self.process], within_s=60)
         self.process = None
 
     def close(self) -> None:
@@ -227,8 +214,7 @@ class PatroniNode:
         if self.link is not None:
             self.link.close()
         if self.process is not None:
-            self.process.kill()
-            self.process.wait()
+            servers.kill(self.process)
             self.process = None
         pidfile = self.data_dir / "postmaster.pid"
         if pidfile.exists():
@@ -243,11 +229,11 @@ class PatroniCluster:
     starts (``deploy/patroni/patroni.yml`` sets it; ``False`` switches it
     off once the first node leads, as an operator would). ``link_delay_s``
     puts the nodes that far apart (:class:`PatroniNode`). ``close()`` kills
-    everything and removes the directory.
+    everything and removes the directory, unless a test failed.
     """
 
     def __init__(self, *, synchronous: bool = True, link_delay_s: float = 0.0) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="patroni-"))
+        self.directory = servers.workdir("patroni-")
         self.password = secrets.token_hex(16)
         self.nodes: list[PatroniNode] = []
         self.etcd: Etcd | None = None
@@ -275,21 +261,24 @@ class PatroniCluster:
             ]
             self.nodes[0].start()
             wait_until(
-                self.nodes[0].is_primary, _START_WITHIN_S, interval=_POLL_S, what="the first leader"
+                lambda: self._running() and self.nodes[0].is_primary(),
+                _START_WITHIN_S,
+                interval=_POLL_S,
+                what=f"the first leader ({self.nodes[0].name})",
             )
             if not synchronous:
                 self.set_synchronous(False)
             self.nodes[1].start()
             self.wait_until_replicated(synchronous=synchronous)
         except BaseException:
-            self.close()
+            self.close(keep=True)
             raise
 
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.close(keep=exc_type is not None)
 
     def url(self, dbname: str = "postgres", *, first: PatroniNode | None = None) -> str:
         """The multi-host URL of ``dbname``: every node, the primary chosen by libpq.
@@ -325,11 +314,14 @@ class PatroniCluster:
     def wait_for_leader(self, *, other_than: PatroniNode, within_s: float = 60) -> PatroniNode:
         """Until a node other than ``other_than`` is the primary; that node."""
         others = [node for node in self.nodes if node is not other_than]
+
+        def one_leads() -> Answer:
+            answers = [node.is_primary() for node in others]
+            seen = "; ".join(f"{n.name}: {a}" for n, a in zip(others, answers, strict=True))
+            return Answer(any(answers), seen)
+
         wait_until(
-            lambda: any(node.is_primary() for node in others),
-            within_s,
-            interval=_POLL_S,
-            what="a new primary",
+            one_leads, within_s, interval=_POLL_S, what=f"a primary other than {other_than.name}"
         )
         return next(node for node in others if node.is_primary())
 
@@ -341,14 +333,41 @@ class PatroniCluster:
         With ``synchronous``, one of them is also its synchronous standby.
         """
 
-        def streaming() -> bool:
+        def streaming() -> Answer:
+            self._running()
             running = [node for node in self.nodes if node.process is not None]
-            standbys = [node for node in running if not node.is_primary()]
-            if len(standbys) != len(running) - 1 or not all(n.is_replica() for n in standbys):
-                return False
-            return not synchronous or any(node.is_synchronous_standby() for node in standbys)
+            seen, primaries, replicas, synchronous_ones = [], 0, 0, 0
+            for node in running:
+                if answer := node.is_primary():
+                    primaries += 1
+                elif answer := node.is_replica():
+                    replicas += 1
+                    if synchronous and (answer := node.is_synchronous_standby()):
+                        synchronous_ones += 1
+                seen.append(f"{node.name}: {answer}")
+            holds = primaries == 1 and replicas == len(running) - 1
+            return Answer(holds and (not synchronous or synchronous_ones > 0), "; ".join(seen))
 
-        wait_until(streaming, within_s, interval=_POLL_S, what="the standby streaming")
+        wait_until(
+            streaming,
+            within_s,
+            interval=_POLL_S,
+            what="a primary and its standbys streaming"
+            + (", one of them synchronous" if synchronous else ""),
+        )
+
+    def _running(self) -> bool:
+        """True; fails at once, with what the servers say, if etcd or a started node exited.
+
+        Patroni exits when it cannot bootstrap its node (``Failed to bootstrap
+        cluster``): a wait for it to lead would otherwise run out for nothing.
+        """
+        processes = {node.name: node.process for node in self.nodes if node.process is not None}
+        if self.etcd is not None:
+            processes["etcd"] = self.etcd.process
+        exited = [name for name, process in processes.items() if process.poll() is not None]
+        assert not exited, f"{', '.join(exited)} exited\n{servers.evidence()}"
+        return True
 
     def _rest(self, method: str, path: str, body: dict[str, Any]) -> requests.Response:
         """An authenticated call to the leader's REST API (what ``patronictl`` sends)."""
@@ -382,12 +401,13 @@ class PatroniCluster:
         )
         assert answer.status_code == 200, answer.text
 
-    def close(self) -> None:
+    def close(self, *, keep: bool = False) -> None:
+        """Kill every server; remove the directory, unless ``keep`` (a failure) says otherwise."""
         for node in self.nodes:
             node.close()
         if self.etcd is not None:
             self.etcd.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        servers.discard(self.directory, keep=keep)
 
 
 @contextlib.contextmanager
@@ -402,17 +422,14 @@ def primary_proxy(cluster: PatroniCluster, dbname: str = "postgres") -> Iterator
     for i, node in enumerate(cluster.nodes):
         env[f"PG{i}_ADDRESS"] = f"{HOST}:{node.port}"
         env[f"PG{i}_PATRONI_PORT"] = str(node.rest_port)
-    log = cluster.directory / "haproxy.log"
-    with log.open("ab") as output:
-        # -W -db: master-worker mode in the foreground, as the haproxy image runs it.
-        process = subprocess.Popen(
-            [str(HAPROXY), "-W", "-db", "-f", str(HAPROXY_CONFIG)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
+    # -W -db: master-worker mode in the foreground, as the haproxy image runs it.
+    process = servers.start(
+        "haproxy (to the primary)",
+        [str(HAPROXY), "-W", "-db", "-f", str(HAPROXY_CONFIG)],
+        log=cluster.directory / "haproxy.log",
+        env=env,
+    )
     try:
         yield f"postgres://postgres:{quote(cluster.password)}@{HOST}:{port}/{dbname}"
     finally:
-        stop([process])
+        servers.stop([process])

@@ -45,18 +45,17 @@ The settings, and why each is what it is:
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 
-from tests.support.live import free_port, stop
+from tests.support import servers
+from tests.support.live import free_port
+from tests.support.waits import wait_until
 
 HOST = "127.0.0.1"
 # PgBouncer refuses to run as root; this user owns PostgreSQL on Debian.
@@ -122,9 +121,8 @@ def pgbouncer(
     upstream = urlsplit(database_url)
     user, database = upstream.username or _RUN_AS, upstream.path.lstrip("/")
     port = free_port()
-    directory = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
-    as_root = os.geteuid() == 0
-    if as_root:
+    directory = servers.workdir("pgbouncer-")
+    if os.geteuid() == 0:
         shutil.chown(directory, _RUN_AS)  # pgbouncer reads its files as that user
     config = directory / "pgbouncer.ini"
     log = directory / "pgbouncer.log"
@@ -152,42 +150,44 @@ def pgbouncer(
         database=database,
         pool_size=pool_size,
     )
+    failed = True
     try:
-        with log.open("wb") as output:
-            # In the foreground: SIGTERM (live.stop) is PgBouncer's immediate
-            # shutdown, and its log goes to the file opened here.
-            process = subprocess.Popen(
-                [_program("pgbouncer"), str(config)],
-                cwd=directory,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                user=_RUN_AS if as_root else None,
-                group=_RUN_AS if as_root else None,
-                extra_groups=[] if as_root else None,
-            )
+        # In the foreground: SIGTERM (servers.stop) is PgBouncer's immediate
+        # shutdown, and its log goes to the file given here.
+        process = servers.start(
+            "pgbouncer",
+            [_program("pgbouncer"), str(config)],
+            log=log,
+            cwd=directory,
+            **servers.as_user(_RUN_AS),
+        )
         try:
-            _wait_until_serving(pooler, process, log)
+            _wait_until_serving(pooler, process)
             yield pooler
+            failed = False
         finally:
-            stop([process])
+            servers.stop([process])
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        servers.discard(directory, keep=failed)
 
 
-def _wait_until_serving(pooler: PgBouncer, process: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_until_serving(pooler: PgBouncer, process: subprocess.Popen[bytes]) -> None:
     """Until a query through PgBouncer reaches the database; fails at once if it exits."""
+
+    def serving() -> bool:
+        assert process.poll() is None, f"pgbouncer exited\n{servers.evidence()}"
+        with psycopg.connect(pooler.url, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True
+
     # PgBouncer announces readiness to systemd alone: its port is polled.
-    deadline = time.monotonic() + _START_WITHIN_S
-    while True:
-        try:
-            with psycopg.connect(pooler.url, connect_timeout=2) as conn:
-                conn.execute("SELECT 1")
-            return
-        except psycopg.OperationalError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"pgbouncer did not start:\n{log.read_text()}") from None
-            time.sleep(0.02)
+    wait_until(
+        serving,
+        _START_WITHIN_S,
+        interval=0.02,
+        what=f"a query through PgBouncer ({pooler.url})",
+        ignoring=(psycopg.OperationalError,),
+    )
 
 
 def _program(name: str) -> str:

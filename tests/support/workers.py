@@ -7,14 +7,11 @@ master in the pid file given with ``--pid`` (``pid_file_args``).
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-T = TypeVar("T")
+from tests.support.waits import wait_for
 
 # /proc/<pid>/stat counts CPU time in clock ticks.
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -52,11 +49,13 @@ class Gunicorn:
     ) -> set[int]:
         """Until ``count`` workers run, none of them in ``other_than``; returns their pids."""
 
-        def ready() -> set[int] | None:
-            workers = self.workers()
-            return workers if len(workers) == count and not workers & other_than else None
-
-        return poll(ready, within_s=within_s, what=f"{count} workers")
+        # A process's start or end sends no event this side can wait on.
+        return wait_for(
+            self.workers,
+            lambda workers: len(workers) == count and not workers & other_than,
+            within_s,
+            what=f"{count} workers of gunicorn {self.master}, none of {sorted(other_than)}",
+        )
 
     def cpu_s(self) -> float:
         """The master's own CPU time, user and system."""
@@ -89,16 +88,6 @@ def metrics_files(directory: Path) -> tuple[int, int]:
     """(files, bytes) of what a scrape reads in the metrics directory: its ``*.db`` files."""
     sizes = [path.stat().st_size for path in directory.glob("*.db")]
     return len(sizes), sum(sizes)
-
-
-def poll(check: Callable[[], T | None], *, within_s: float, what: str) -> T:
-    """``check()`` until it returns something other than None; fails past ``within_s``."""
-    deadline = time.monotonic() + within_s
-    while (found := check()) is None:
-        assert time.monotonic() < deadline, f"no {what} within {within_s:g} s"
-        # A process's start or end sends no event this side can wait on.
-        time.sleep(0.01)
-    return found
 
 
 def _fields(stat: str) -> list[str]:
