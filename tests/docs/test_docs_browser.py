@@ -43,17 +43,16 @@ def docs_service(django_db_setup: None) -> Iterator[LiveService]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     assert CHROMIUM.exists(), "apt-get install -y chromium (see .ci/run)"
-    # Its log, which a failure shows the end of (tests/support/servers.py).
-    logs = servers.workdir("chromium-")
-    log = logs / "chromium.log"
     # Playwright drives the system's chromium; it never downloads a browser.
-    with sync_playwright() as playwright:
+    # Its log is one a failure shows the end of (tests/support/servers.py).
+    with servers.workspace("chromium-") as logs, sync_playwright() as playwright:
+        log = logs / "chromium.log"
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM),
             headless=True,
             args=[*CHROMIUM_ARGS, "--enable-logging", f"--log-file={log}"],
         )
-        watched = servers.watch(
+        chromium = servers.watch(
             "chromium (Playwright's)",
             None,
             [log],
@@ -61,8 +60,7 @@ def browser() -> Iterator[Browser]:
         )
         yield browser
         browser.close()
-    servers.forget(watched)
-    servers.discard(logs)
+        servers.forget(chromium)
 
 
 @pytest.fixture

@@ -49,6 +49,23 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+def make_run(port: int, var_dir: Path) -> list[str]:
+    """``make run`` on ``port`` and ``var_dir``, in the venv this suite runs in.
+
+    `make test` made it: -o keeps make from checking or rebuilding it.
+    """
+    return [
+        MAKE,
+        "-o",
+        "install",
+        "run",
+        f"PORT={port}",
+        f"VAR_DIR={var_dir}",
+        f"VENV={BIN.parent}",
+        f"PYTHON={sys.executable}",
+    ]
+
+
 @pytest.fixture
 def var_dir(tmp_path: Path) -> Iterator[Path]:
     var_dir = tmp_path / "var"
@@ -78,8 +95,6 @@ def test_make_run_serves_and_stops_everything_once(
     log = tmp_path / "make-run.log"
     make = servers.start(
         "make run",
-        # The venv this suite runs in, which `make test` made: -o keeps
-        # make from checking or rebuilding it.
         [
             # A terminal's shell starts a job with SIGINT and SIGQUIT at
             # their defaults, whatever it inherited. So does the test: a
@@ -88,14 +103,7 @@ def test_make_run_serves_and_stops_everything_once(
             # cannot hear.
             ENV,
             "--default-signal=INT,QUIT",
-            MAKE,
-            "-o",
-            "install",
-            "run",
-            f"PORT={port}",
-            f"VAR_DIR={var_dir}",
-            f"VENV={BIN.parent}",
-            f"PYTHON={sys.executable}",
+            *make_run(port, var_dir),
         ],
         log=log,
         cwd=ROOT,
@@ -191,16 +199,7 @@ def test_make_run_on_a_taken_port_stops_at_once_and_revokes_no_token(var_dir: Pa
         port = holder.getsockname()[1]
         started = time.monotonic()
         result = subprocess.run(
-            [
-                MAKE,
-                "-o",
-                "install",
-                "run",
-                f"PORT={port}",
-                f"VAR_DIR={var_dir}",
-                f"VENV={BIN.parent}",
-                f"PYTHON={sys.executable}",
-            ],
+            make_run(port, var_dir),
             cwd=ROOT,
             env=base_env(),
             capture_output=True,

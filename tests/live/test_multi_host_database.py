@@ -144,29 +144,29 @@ def served_by(url: str) -> int:
     return int(row[0])
 
 
+def wait_until_served_by(url: str, port: int, *, what: str) -> None:
+    """Until a new connection to ``url`` reaches the server on ``port`` (none may answer yet)."""
+    wait_for(
+        lambda: served_by(url),
+        lambda served: served == port,
+        10,
+        interval=0.05,
+        what=f"{what} (port {port})",
+        ignoring=(psycopg.OperationalError,),
+    )
+
+
 def test_haproxy_leads_to_the_primary_through_a_switchover(cluster: PatroniCluster) -> None:
     primary, standby = cluster.leader(), cluster.standby()
     with primary_proxy(cluster) as url:
         # HAProxy checks every node's GET /primary each second.
-        wait_for(
-            lambda: served_by(url),
-            lambda port: port == primary.port,
-            10,
-            interval=0.05,
-            what=f"HAProxy sending connections to the primary (port {primary.port})",
-            ignoring=(psycopg.OperationalError,),
-        )
+        wait_until_served_by(url, primary.port, what="HAProxy sending connections to the primary")
 
         asked_at = time.monotonic()
         cluster.switchover(to=standby)
         switched_at = time.monotonic()
-        wait_for(
-            lambda: served_by(url),
-            lambda port: port == standby.port,
-            10,
-            interval=0.05,
-            what=f"HAProxy sending new connections to the new primary (port {standby.port})",
-            ignoring=(psycopg.OperationalError,),
+        wait_until_served_by(
+            url, standby.port, what="HAProxy sending new connections to the new primary"
         )
         rerouted_s = time.monotonic() - switched_at
 

@@ -92,40 +92,37 @@ def answering_workers() -> set[str]:
 @contextmanager
 def celery_workers(envs: Mapping[str, Mapping[str, str]]) -> Iterator[list[str]]:
     """A Celery worker process per name (``-n name@%h``); yields the node names once all answer."""
-    logs = servers.workdir("celery-workers-")
-    processes = [
-        servers.start(
-            f"celery worker {name}",
-            celery_worker_command(name),
-            log=logs / f"{name}.log",
-            cwd=ROOT,
-            env=dict(env),
-        )
-        for name, env in envs.items()
-    ]
+    with servers.workspace("celery-workers-") as logs:
+        processes = [
+            servers.start(
+                f"celery worker {name}",
+                celery_worker_command(name),
+                log=logs / f"{name}.log",
+                cwd=ROOT,
+                env=dict(env),
+            )
+            for name, env in envs.items()
+        ]
 
-    def answering() -> list[str]:
-        assert all(p.poll() is None for p in processes), (
-            f"a Celery worker exited\n{servers.evidence()}"
-        )
-        return sorted(answering_workers())
+        def answering() -> list[str]:
+            assert all(p.poll() is None for p in processes), (
+                f"a Celery worker exited\n{servers.evidence()}"
+            )
+            return sorted(answering_workers())
 
-    failed = True
-    try:
-        # A worker says nothing when it is ready; its answer to a ping is the sign.
-        names = wait_for(
-            answering,
-            lambda names: len(names) >= len(envs),
-            30,
-            interval=0,  # each ping waits half a second for its answers
-            what=f"Celery workers {sorted(envs)} answering a ping",
-        )
-        assert [name.split("@")[0] for name in names] == sorted(envs)
-        yield names
-        failed = False
-    finally:
-        servers.stop(processes)
-        servers.discard(logs, keep=failed)
+        try:
+            # A worker says nothing when it is ready; its answer to a ping is the sign.
+            names = wait_for(
+                answering,
+                lambda names: len(names) >= len(envs),
+                30,
+                interval=0,  # each ping waits half a second for its answers
+                what=f"Celery workers {sorted(envs)} answering a ping",
+            )
+            assert [name.split("@")[0] for name in names] == sorted(envs)
+            yield names
+        finally:
+            servers.stop(processes)
 
 
 @pytest.fixture(scope="module")

@@ -170,32 +170,29 @@ def balance(nodes: Sequence[LiveService], *, within_s: float = 30) -> Iterator[B
         "WEB_ADDRESS": f"{SERVICE_NAME}:{port}",
         "DNS_NAMESERVER": f"127.0.0.1:{dns.server_address[1]}",
     }
-    workdir = servers.workdir("haproxy-")
-    failed = True
     try:
-        master_socket = workdir / "master.sock"
-        # -W -db: master-worker mode in the foreground, as the haproxy image runs it.
-        process = servers.start(
-            "haproxy",
-            [str(HAPROXY), "-W", "-db", "-S", str(master_socket), "-f", str(CONFIG)],
-            log=workdir / "haproxy.log",
-            env=env,
-        )
-        try:
-            balancer = Balancer(
-                service=LiveService(base_url=f"http://127.0.0.1:{listen}"),
-                master_socket=master_socket,
+        with servers.workspace("haproxy-") as workdir:
+            master_socket = workdir / "master.sock"
+            # -W -db: master-worker mode in the foreground, as the haproxy image runs it.
+            process = servers.start(
+                "haproxy",
+                [str(HAPROXY), "-W", "-db", "-S", str(master_socket), "-f", str(CONFIG)],
+                log=workdir / "haproxy.log",
+                env=env,
             )
-            nodes_in_rotation = {f"{host}:{port}" for host in hosts}
-            _wait_until_ready(balancer, process, nodes_in_rotation, within_s)
-            yield balancer
-            failed = False
-        finally:
-            servers.stop([process])
+            try:
+                balancer = Balancer(
+                    service=LiveService(base_url=f"http://127.0.0.1:{listen}"),
+                    master_socket=master_socket,
+                )
+                nodes_in_rotation = {f"{host}:{port}" for host in hosts}
+                _wait_until_ready(balancer, process, nodes_in_rotation, within_s)
+                yield balancer
+            finally:
+                servers.stop([process])
     finally:
         dns.shutdown()
         dns.server_close()
-        servers.discard(workdir, keep=failed)
 
 
 def _wait_until_ready(

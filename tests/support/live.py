@@ -148,35 +148,32 @@ def serve(
     """
     port = port or free_port()
     env = {**env, "BIND": f"{host}:{port}", "WEB_CONCURRENCY": str(web_workers)}
-    logs = servers.workdir("serve-")
-    processes = [
-        servers.start(
-            "gunicorn",
-            [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", *gunicorn_args, app],
-            log=logs / "gunicorn.log",
-            cwd=ROOT,
-            env=env,
-        )
-    ]
-    if celery:
-        processes.append(
+    with servers.workspace("serve-") as logs:
+        processes = [
             servers.start(
-                "celery worker",
-                celery_worker_command(),
-                log=logs / "celery-worker.log",
+                "gunicorn",
+                [str(BIN / "gunicorn"), "-c", "config/gunicorn.py", *gunicorn_args, app],
+                log=logs / "gunicorn.log",
                 cwd=ROOT,
                 env=env,
             )
-        )
-    failed = True
-    try:
-        service = LiveService(base_url=f"http://{host}:{port}")
-        wait_until_healthy(service, processes)
-        yield service
-        failed = False
-    finally:
-        servers.stop(processes)
-        servers.discard(logs, keep=failed)
+        ]
+        try:
+            if celery:
+                processes.append(
+                    servers.start(
+                        "celery worker",
+                        celery_worker_command(),
+                        log=logs / "celery-worker.log",
+                        cwd=ROOT,
+                        env=env,
+                    )
+                )
+            service = LiveService(base_url=f"http://{host}:{port}")
+            wait_until_healthy(service, processes)
+            yield service
+        finally:
+            servers.stop(processes)
 
 
 def celery_worker_command(name: str | None = None) -> list[str]:

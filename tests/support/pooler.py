@@ -121,37 +121,38 @@ def pgbouncer(
     upstream = urlsplit(database_url)
     user, database = upstream.username or _RUN_AS, upstream.path.lstrip("/")
     port = free_port()
-    directory = servers.workdir("pgbouncer-")
-    if os.geteuid() == 0:
-        shutil.chown(directory, _RUN_AS)  # pgbouncer reads its files as that user
-    config = directory / "pgbouncer.ini"
-    log = directory / "pgbouncer.log"
-    (directory / "userlist.txt").write_text(f'"{user}" ""\n')
-    config.write_text(
-        "[databases]\n"
+    upstream_database = (
         f"{database} = host={upstream.hostname} port={upstream.port or 5432} dbname={database}\n"
-        "\n[pgbouncer]\n"
-        f"listen_addr = {HOST}\n"
-        f"listen_port = {port}\n"
-        "unix_socket_dir =\n"
-        "pool_mode = transaction\n"
-        f"default_pool_size = {pool_size}\n"
-        "reserve_pool_size = 0\n"
-        "server_round_robin = 1\n"
-        f"max_client_conn = {max_client_conn}\n"
-        "auth_type = trust\n"
-        f"auth_file = {directory / 'userlist.txt'}\n"
-        f"admin_users = {user}\n"
-        "ignore_startup_parameters = extra_float_digits,options\n"
     )
-    pooler = PgBouncer(
-        url=f"postgres://{user}@{HOST}:{port}/{database}",
-        admin_url=f"postgres://{user}@{HOST}:{port}/pgbouncer",
-        database=database,
-        pool_size=pool_size,
-    )
-    failed = True
-    try:
+    with servers.workspace("pgbouncer-") as directory:
+        if os.geteuid() == 0:
+            shutil.chown(directory, _RUN_AS)  # pgbouncer reads its files as that user
+        config = directory / "pgbouncer.ini"
+        log = directory / "pgbouncer.log"
+        (directory / "userlist.txt").write_text(f'"{user}" ""\n')
+        config.write_text(
+            "[databases]\n"
+            f"{upstream_database}"
+            "\n[pgbouncer]\n"
+            f"listen_addr = {HOST}\n"
+            f"listen_port = {port}\n"
+            "unix_socket_dir =\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {pool_size}\n"
+            "reserve_pool_size = 0\n"
+            "server_round_robin = 1\n"
+            f"max_client_conn = {max_client_conn}\n"
+            "auth_type = trust\n"
+            f"auth_file = {directory / 'userlist.txt'}\n"
+            f"admin_users = {user}\n"
+            "ignore_startup_parameters = extra_float_digits,options\n"
+        )
+        pooler = PgBouncer(
+            url=f"postgres://{user}@{HOST}:{port}/{database}",
+            admin_url=f"postgres://{user}@{HOST}:{port}/pgbouncer",
+            database=database,
+            pool_size=pool_size,
+        )
         # In the foreground: SIGTERM (servers.stop) is PgBouncer's immediate
         # shutdown, and its log goes to the file given here.
         process = servers.start(
@@ -164,11 +165,8 @@ def pgbouncer(
         try:
             _wait_until_serving(pooler, process)
             yield pooler
-            failed = False
         finally:
             servers.stop([process])
-    finally:
-        servers.discard(directory, keep=failed)
 
 
 def _wait_until_serving(pooler: PgBouncer, process: subprocess.Popen[bytes]) -> None:

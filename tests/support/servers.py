@@ -3,11 +3,12 @@
 A harness starts each server with :func:`start`, its output in a log file
 of its own, or hands one it started otherwise to :func:`watch`; the
 directory a server works in comes from :func:`workdir` and goes with
-:func:`discard`. When a test fails, :func:`evidence` says, for every server
-the test ran, how it is or how it ended (running, exited with a status,
-killed by a signal, stopped by the harness) and the last lines of its log,
-and names the directories it keeps: a failed test's directories are kept,
-not removed, so that the rest of the logs and the data can still be read.
+:func:`discard` (or both, around a block, from :func:`workspace`). When a
+test fails, :func:`evidence` says, for every server the test ran, how it
+is or how it ended (running, exited with a status, killed by a signal,
+stopped by the harness) and the last lines of its log, and names the
+directories it keeps: a failed test's directories are kept, not removed,
+so that the rest of the logs and the data can still be read.
 
 Two places tell it: a wait that runs out of time puts it in its own message
 (tests/support/waits.py), since a harness whose start failed cleans up
@@ -27,7 +28,8 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,7 +192,7 @@ def forget(server: Server) -> None:
         _registry.servers.remove(server)
 
 
-def watched(process: "subprocess.Popen[Any]") -> Server | None:
+def _watched(process: "subprocess.Popen[Any]") -> Server | None:
     """The watched server of ``process``, if it is one."""
     return next((s for s in _registry.servers if s.process is process), None)
 
@@ -221,7 +223,7 @@ def kill(process: "subprocess.Popen[Any]", *, wait: bool = True) -> None:
 
 
 def _end(process: "subprocess.Popen[Any]", how: signal.Signals) -> None:
-    server = watched(process)
+    server = _watched(process)
     if server is not None:
         server.end(how)
     elif process.poll() is None:
@@ -233,6 +235,18 @@ def workdir(prefix: str) -> Path:
     directory = Path(tempfile.mkdtemp(prefix=prefix))
     _registry.directories.append(directory)
     return directory
+
+
+@contextmanager
+def workspace(prefix: str) -> Iterator[Path]:
+    """A :func:`workdir` for the block's servers: discarded as it ends, kept if it ends failing."""
+    directory = workdir(prefix)
+    try:
+        yield directory
+    except BaseException:
+        discard(directory, keep=True)
+        raise
+    discard(directory)
 
 
 def discard(directory: Path, *, keep: bool = False) -> None:
