@@ -34,7 +34,7 @@ from tests.support.live import (
     post_command,
     serve,
 )
-from tests.support.patroni import PatroniCluster, primary_proxy
+from tests.support.patroni import CONFIG, PatroniCluster, primary_proxy
 from tests.support.waits import describe, wait_for
 
 # Keys expire after a second and beat sends the purge every second, so that
@@ -186,3 +186,26 @@ def test_patronis_scrape_has_every_patroni_metric_the_rules_read(cluster: Patron
         names |= {family.name for family in text_string_to_metric_families(scrape)}
 
     assert patroni_metric_names_in_rules() - names == set()
+
+
+def test_each_node_runs_the_deployed_configuration_from_a_copy_its_user_can_read(
+    cluster: PatroniCluster,
+) -> None:
+    # Patroni runs as the postgres user, who may not reach the checkout (a
+    # clone in a `mktemp -d` directory), and takes a file it cannot read for
+    # none at all: it would then exit at its start (tests/support/patroni.py).
+    for node in cluster.nodes:
+        assert node.process is not None
+        # The command line it runs: python3, patroni, the configuration.
+        command = Path(f"/proc/{node.process.pid}/cmdline").read_text()
+        config = Path(command.rstrip("\0").split("\0")[-1])
+
+        assert config.parent == cluster.directory
+        assert config.read_bytes() == CONFIG.read_bytes()
+        assert readable_as(servers.as_user("postgres"), config)
+
+
+def readable_as(user: dict[str, Any], path: Path) -> bool:
+    """Whether ``path`` can be read by the process ``user`` runs as (``servers.as_user``)."""
+    done = subprocess.run(["/usr/bin/test", "-r", str(path)], check=False, **user)
+    return done.returncode == 0

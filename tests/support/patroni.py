@@ -6,9 +6,10 @@ data directory in a temporary directory, as the ``postgres`` user when the
 tests run as root (PostgreSQL refuses root). Each logs to a file there
 (``etcd.log``, ``pg0.log``: Patroni's lines and its PostgreSQL's), which a
 failure shows the end of (tests/support/servers.py); a failed test keeps
-the directory. Every node runs
-``deploy/patroni/patroni.yml``, the configuration a deployment uses, with
-its own settings in its environment, as that file says. The first node
+the directory. Every node runs ``deploy/patroni/patroni.yml``, the
+configuration a deployment uses, with its own settings in its environment,
+as that file says; it reads a copy in the cluster's directory (see
+:data:`CONFIG_COPY`). The first node
 bootstraps the cluster and leads; the second copies it and streams from
 it, as its synchronous standby unless ``synchronous=False``.
 
@@ -43,6 +44,14 @@ from tests.support.waits import Answer, http_answer, wait_until
 
 HOST = "127.0.0.1"
 CONFIG = ROOT / "deploy" / "patroni" / "patroni.yml"
+# Where the nodes read CONFIG: a copy, byte for byte, in the cluster's
+# directory. Patroni runs as the postgres user, which may not reach the
+# checkout (a clone in a `mktemp -d` directory is its owner's alone), and
+# Patroni takes a file it cannot read for no file at all: its settings are
+# then the environment's alone, and it exits at once (KeyError: 'username',
+# the REST API's user being in the file). That is what made every Patroni
+# scenario fail on CI's fresh clones.
+CONFIG_COPY = "patroni.yml"
 # HAProxy routing to the primary: the other way to reach it (docs/DEPLOYING.md).
 HAPROXY = Path("/usr/sbin/haproxy")
 HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "patroni.cfg"
@@ -127,6 +136,11 @@ class PatroniNode:
         return self.directory / f"{self.name}.log"
 
     @property
+    def config(self) -> Path:
+        """The configuration it runs: the cluster's copy of CONFIG."""
+        return self.directory / CONFIG_COPY
+
+    @property
     def rest_url(self) -> str:
         return f"http://{HOST}:{self.rest_port}"
 
@@ -151,7 +165,7 @@ class PatroniNode:
         }
         self.process = servers.start(
             f"patroni {self.name}",
-            [_program("patroni"), str(CONFIG)],
+            [_program("patroni"), str(self.config)],
             log=self.log,
             cwd=self.directory,
             env={**self.environment, **address},
@@ -244,6 +258,7 @@ class PatroniCluster:
             if os.geteuid() == 0:
                 shutil.chown(self.directory, _RUN_AS)
             self.directory.chmod(0o700)
+            shutil.copyfile(CONFIG, self.directory / CONFIG_COPY)
             self.etcd = Etcd(self.directory)
             environment = {
                 "PATH": "/usr/bin:/bin",
