@@ -367,7 +367,7 @@ def test_webhook_endpoints_are_shown_read_only_and_never_with_their_secret(
     )
     endpoint = body_of(created)
 
-    page = admin_client.get(f"/admin/events/webhookendpoint/{endpoint['id']}/change/")
+    page = admin_client.get(change_page(WebhookEndpoint.objects.get(pk=endpoint["id"])))
 
     assert endpoint["url"] in page_text(page)
     assert endpoint["secret"] not in page_text(page)
