@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import environ
+from kombu.entity import Queue
 
 from observability.logging import configure_structlog
 
@@ -269,6 +270,17 @@ WEBHOOK_ENDPOINTS_PER_TENANT = env.int("WEBHOOK_ENDPOINTS_PER_TENANT", default=1
 CELERY_BROKER_URL = env.str(
     "CELERY_BROKER_URL", default=f"sqla+sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
 )
+# Two queues, so that two kinds of work never share worker slots (docs/DEPLOYING.md,
+# "Workers"): payments and refunds on Celery's default queue, and webhook
+# deliveries, whose attempts last as long as a client's receiver makes them
+# (up to WEBHOOK_TIMEOUT each), on a queue of their own. A worker started
+# without -Q consumes both, as one needs for development; a deployment runs
+# one worker with -Q celery and another with -Q webhooks.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+WEBHOOK_QUEUE = "webhooks"
+CELERY_TASK_QUEUES = [
+    Queue(name, routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, WEBHOOK_QUEUE)
+]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Results live in our own tables (operations), never in a result backend.

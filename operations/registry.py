@@ -49,6 +49,11 @@ Handler = Callable[[Operation], None]
 GiveUp = Callable[[Operation, Failure], None]
 
 
+def default_queue() -> str:
+    """The broker queue of every kind that names none: Celery's default queue."""
+    return str(settings.CELERY_TASK_DEFAULT_QUEUE)
+
+
 def _one_second() -> float:
     return 1.0
 
@@ -100,6 +105,12 @@ class OperationKind:
     # (operations.services.fail_operation). A kind whose attempts may have
     # had an effect elsewhere (a charge) asks there first.
     give_up: GiveUp | None = None
+    # The broker queue its messages go to. A kind whose attempts may be slow
+    # for reasons a client controls (a webhook receiver) has a queue of its
+    # own, consumed by workers of its own, so that it never takes the slots
+    # the other kinds need (docs/DEPLOYING.md, "Workers"). Read when a
+    # message is sent, from settings.
+    queue: Callable[[], str] = default_queue
 
 
 _kinds: dict[str, OperationKind] = {}
@@ -111,6 +122,7 @@ def register(
     result_path: Callable[[str], str],
     retry: RetryPolicy | None = None,
     give_up: GiveUp | None = None,
+    queue: Callable[[], str] = default_queue,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of operations of kind ``name``."""
 
@@ -123,6 +135,7 @@ def register(
             result_path=result_path,
             retry=retry or RetryPolicy(),
             give_up=give_up,
+            queue=queue,
         )
         return handler
 
@@ -143,6 +156,20 @@ def kind_of(operation: Operation) -> OperationKind:
 def kinds() -> list[str]:
     """Every registered kind, in registration order (the schema's enum, the metric's labels)."""
     return list(_kinds)
+
+
+def queue_of(kind: str) -> str:
+    """The broker queue of a kind's messages; the default queue for a kind nobody registered."""
+    registered = _kinds.get(kind)
+    return registered.queue() if registered is not None else default_queue()
+
+
+def kinds_by_queue() -> dict[str, list[str]]:
+    """Every registered kind, grouped by the queue its messages go to."""
+    queues: dict[str, list[str]] = {}
+    for kind in _kinds.values():
+        queues.setdefault(kind.queue(), []).append(kind.name)
+    return queues
 
 
 def registrations() -> list[OperationKind]:

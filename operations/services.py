@@ -16,7 +16,7 @@ The life of an operation (docs/SPECIFICATION.md §4 rules 9 and 10):
 """
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -44,6 +44,9 @@ RUN_OPERATION_TASK = "operations.tasks.run_operation"
 # message knows that every message published before it has left the queue
 # (operations.worker.QueuePosition).
 PUBLISHED_AT_HEADER = "published_at"
+# The message header that names the queue it was sent to: each queue is first
+# in, first out on its own, so a worker's position is kept per queue.
+QUEUE_HEADER = "operation_queue"
 # Publishing is tried briefly: a command must answer quickly even with the
 # broker down, and the sweep publishes whatever did not get through.
 _PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
@@ -89,7 +92,14 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
     # robust: a broker failure after commit must not turn the committed
     # command into an error; the sweep will publish it.
     transaction.on_commit(
-        partial(_publish, operation.id, operation.trace_id, published_at=now), robust=True
+        partial(
+            _publish,
+            operation.id,
+            operation.trace_id,
+            queue=registry.queue_of(kind),
+            published_at=now,
+        ),
+        robust=True,
     )
     return operation
 
@@ -110,9 +120,11 @@ def start_operations(*, tenant: Tenant, kind: str, result_ids: Sequence[str]) ->
         )
         for result_id in result_ids
     )
+    queue = registry.queue_of(kind)
     for operation in operations:
         transaction.on_commit(
-            partial(_publish, operation.id, trace_id, published_at=now), robust=True
+            partial(_publish, operation.id, trace_id, queue=queue, published_at=now),
+            robust=True,
         )
     return operations
 
@@ -121,19 +133,21 @@ def publish(
     operation_id: str,
     trace_id: str = "",
     *,
+    queue: str,
     published_at: datetime | None = None,
     countdown: float | None = None,
 ) -> bool:
     """Send the operation's message to the broker; False if the broker is unreachable.
 
     Publishing twice is harmless: a worker must claim the operation first.
-    The message carries the trace of the request that started the
+    The message goes to ``queue``, its kind's (``registry.queue_of``), and
+    carries the trace of the request that started the
     operation (its id, and a W3C ``traceparent``), so the task's log lines
     and spans are in it, and ``published_at``, the time the operation's row
-    records for it. A message with a ``countdown`` is run no sooner than
-    that many seconds from now.
+    records for it, and the queue's name (``QUEUE_HEADER``). A message with
+    a ``countdown`` is run no sooner than that many seconds from now.
     """
-    headers: dict[str, str | float] = {**message_headers(trace_id)}
+    headers: dict[str, str | float] = {**message_headers(trace_id), QUEUE_HEADER: queue}
     if published_at is not None:
         headers[PUBLISHED_AT_HEADER] = published_at.timestamp()
     try:
@@ -145,6 +159,7 @@ def publish(
             current_app.send_task(
                 RUN_OPERATION_TASK,
                 kwargs={"operation_id": operation_id},
+                queue=queue,
                 headers=headers,
                 countdown=countdown,
                 retry=True,
@@ -165,10 +180,13 @@ def _publish(
     operation_id: str,
     trace_id: str,
     *,
+    queue: str,
     published_at: datetime,
     countdown: float | None = None,
 ) -> None:
-    if not publish(operation_id, trace_id, published_at=published_at, countdown=countdown):
+    if not publish(
+        operation_id, trace_id, queue=queue, published_at=published_at, countdown=countdown
+    ):
         _not_published([operation_id], due_at=published_at + timedelta(seconds=countdown or 0))
 
 
@@ -339,7 +357,13 @@ def _retry_later(operation: Operation, retry: _Retry) -> None:
             reason=retry.failure.message,
         )
     if held:
-        _publish(operation.id, operation.trace_id, published_at=now, countdown=retry.delay)
+        _publish(
+            operation.id,
+            operation.trace_id,
+            queue=registry.queue_of(operation.kind),
+            published_at=now,
+            countdown=retry.delay,
+        )
     elif retry.unless is not None and retry.unless():
         publish_waiting(operation.id)
 
@@ -365,8 +389,8 @@ def publish_waiting(operation_id: str) -> bool:
         republish_at=now + _stale_after(),
     )
     if recorded:
-        trace_id = Operation.objects.filter(pk=operation_id).values_list("trace_id", flat=True)
-        _publish(operation_id, trace_id.first() or "", published_at=now)
+        trace_id, kind = Operation.objects.values_list("trace_id", "kind").get(pk=operation_id)
+        _publish(operation_id, trace_id, queue=registry.queue_of(kind), published_at=now)
     return bool(recorded)
 
 
@@ -452,7 +476,7 @@ def finish_operation(
 # --- The sweep --------------------------------------------------------------
 
 
-def sweep_lost_operations(*, received_up_to: datetime | None = None) -> int:
+def sweep_lost_operations(*, received_up_to: Mapping[str, datetime] | None = None) -> int:
     """Publish again the operations whose message is presumed lost; returns how many.
 
     An operation that no worker holds, past its ``republish_at``, has lost
@@ -461,14 +485,18 @@ def sweep_lost_operations(*, received_up_to: datetime | None = None) -> int:
     - its publish failed (``published_at`` is None);
     - the worker that claimed it stopped renewing its lease (the message
       was that worker's);
-    - the queue has moved past it: the sweeping worker has received a
-      message published ``OPERATION_STALE_AFTER`` or more after the
-      operation's own (``received_up_to``, from
+    - its queue has moved past it: the sweeping worker has received, from
+      the queue of the operation's kind, a message published
+      ``OPERATION_STALE_AFTER`` or more after the operation's own
+      (``received_up_to``, by queue, from
       :class:`operations.worker.QueuePosition`); the queue being first in,
       first out, the operation's message left the queue before that one,
       and the worker that took it would have claimed the operation;
-    - or the broker's queue is empty, and its message was published
+    - or its queue is empty, and its message was published
       ``OPERATION_STALE_AFTER`` ago or more.
+
+    Each queue is judged on its own: a delivery waiting behind a slow
+    receiver's in the webhooks queue is not lost because payments move.
 
     One that merely waits behind others in the queue is none of these,
     however long it waits: a backlog gets no copies, and drains at the
@@ -481,11 +509,12 @@ def sweep_lost_operations(*, received_up_to: datetime | None = None) -> int:
     """
     now = timezone.now()
     lost = Q(published_at__isnull=True) | Q(claimed_until__lt=now)
-    passed = now - _stale_after() if _queue_is_empty() else None
-    if passed is None and received_up_to is not None:
-        passed = received_up_to - _stale_after()
-    if passed is not None:
-        lost |= Q(published_at__lt=passed)
+    for queue, kinds in registry.kinds_by_queue().items():
+        passed = now - _stale_after() if _queue_is_empty(queue) else None
+        if passed is None and (seen := (received_up_to or {}).get(queue)) is not None:
+            passed = seen - _stale_after()
+        if passed is not None:
+            lost |= Q(kind__in=kinds, published_at__lt=passed)
     with transaction.atomic():
         due = list(
             Operation.objects.select_for_update(skip_locked=True)
@@ -493,37 +522,35 @@ def sweep_lost_operations(*, received_up_to: datetime | None = None) -> int:
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
             .filter(lost)
             .order_by("republish_at")
-            .values_list("pk", "trace_id", "claimed_until")[:SWEEP_BATCH]
+            .values_list("pk", "trace_id", "claimed_until", "kind")[:SWEEP_BATCH]
         )
-        if abandoned := [pk for pk, _, claimed_until in due if claimed_until is not None]:
+        if abandoned := [pk for pk, _, claimed_until, _ in due if claimed_until is not None]:
             # The last attempt's failure, for the operator and for the error
             # the operation ends with if it was the last.
             Operation.objects.filter(pk__in=abandoned).update(
                 error_code=INTERNAL_ERROR, error_message=_WORKER_LOST
             )
-        Operation.objects.filter(pk__in=[pk for pk, _, _ in due]).update(
+        Operation.objects.filter(pk__in=[pk for pk, _, _, _ in due]).update(
             claimed_until=None,
             published_at=now,
             publications=F("publications") + 1,
             republish_at=now + _stale_after(),
         )
-    for sent, (operation_id, trace_id, _) in enumerate(due):
-        if not publish(operation_id, trace_id, published_at=now):
+    for sent, (operation_id, trace_id, _, kind) in enumerate(due):
+        if not publish(operation_id, trace_id, queue=registry.queue_of(kind), published_at=now):
             # The broker is down: the rest are due again at the next sweep.
-            _not_published([pk for pk, _, _ in due[sent:]], due_at=now)
+            _not_published([pk for pk, _, _, _ in due[sent:]], due_at=now)
             return sent
     return len(due)
 
 
-def _queue_is_empty() -> bool:
-    """Whether no message waits in the operations' queue; False when the broker cannot say."""
+def _queue_is_empty(queue: str) -> bool:
+    """Whether no message waits in ``queue``; False when the broker cannot say."""
     app = current_app
     try:
         with app.connection_for_read() as conn, conn.channel() as channel:
             try:
-                _, waiting, _ = channel.queue_declare(
-                    queue=app.conf.task_default_queue, passive=True
-                )
+                _, waiting, _ = channel.queue_declare(queue=queue, passive=True)
             except conn.channel_errors:
                 # No such queue: nothing was ever sent to it, or (Redis) it
                 # was emptied, and Redis drops an empty list.

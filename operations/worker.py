@@ -19,18 +19,18 @@ from celery.worker.request import Request
 from django.conf import settings
 from django.db import close_old_connections
 
-from operations.services import PUBLISHED_AT_HEADER, sweep_lost_operations
+from operations.services import PUBLISHED_AT_HEADER, QUEUE_HEADER, sweep_lost_operations
 
 logger = logging.getLogger(__name__)
 
 
 class QueuePosition:
-    """How far one worker has got through the queue.
+    """How far one worker has got through each queue it consumes.
 
-    ``received_up_to`` is the newest publish time among the messages this
-    worker has received. The queue is first in, first out: every message
-    published before that one has left the queue too, to this worker or
-    another, and a worker reserves no message beyond the ones it runs
+    ``received_up_to`` maps a queue to the newest publish time among the
+    messages this worker has received from it. A queue is first in, first
+    out: every message published to it before that one has left it too, to
+    this worker or another, and a worker reserves no message beyond the ones it runs
     (late acknowledgement, ``CELERY_WORKER_PREFETCH_MULTIPLIER = 1``), so
     it has claimed its operation within moments. The one exception, a
     retry held for its countdown, is left alone by the sweep until the
@@ -38,16 +38,18 @@ class QueuePosition:
     """
 
     def __init__(self) -> None:
-        self.received_up_to: datetime | None = None
+        self.received_up_to: dict[str, datetime] = {}
 
     def note(self, request: Request, **kwargs: Any) -> None:
         """The ``task_received`` signal, sent in the worker's consumer for each message."""
         stamp = request.request_dict.get(PUBLISHED_AT_HEADER)
-        if not isinstance(stamp, int | float):
-            return  # not an operation's message (the purge), or one from before the header
+        queue = request.request_dict.get(QUEUE_HEADER)
+        if not isinstance(stamp, int | float) or not isinstance(queue, str):
+            return  # not an operation's message (the purge), or one from before the headers
         published_at = datetime.fromtimestamp(stamp, tz=UTC)
-        if self.received_up_to is None or published_at > self.received_up_to:
-            self.received_up_to = published_at
+        seen = self.received_up_to.get(queue)
+        if seen is None or published_at > seen:
+            self.received_up_to[queue] = published_at
 
 
 class OperationSweep(bootsteps.StartStopStep):

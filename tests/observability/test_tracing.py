@@ -27,6 +27,7 @@ from pytest_django import Settings
 from observability.logging import json_formatter
 from observability.tracing import current_trace_id, parse_traceparent
 from operations.models import Operation
+from operations.registry import default_queue
 from operations.services import publish
 from provider.gateway import ProviderResult
 from provider.simulator import SimulatedProvider
@@ -304,7 +305,7 @@ def test_with_opentelemetry_a_republished_operation_stays_in_its_trace(
     before_task_publish.connect(note, weak=False)
     try:
         # As the sweep does: outside any request, with the trace id of its row.
-        assert publish("op_republished", TRACE_ID)
+        assert publish("op_republished", TRACE_ID, queue=default_queue())
     finally:
         before_task_publish.disconnect(note)
         app.control.purge()

@@ -19,6 +19,7 @@ from pytest_django import Settings
 
 from config.celery import app
 from operations.models import Operation
+from operations.registry import default_queue
 from operations.services import sweep_lost_operations
 from operations.worker import OperationSweep
 from provider.models import LedgerEntry
@@ -93,8 +94,8 @@ def test_a_message_the_queue_has_moved_past_is_copied(api: Api, broker: None) ->
 
     # A worker has received a message published after them: theirs left the
     # queue before it, yet no worker claimed them.
-    published = sweep_lost_operations(received_up_to=timezone.now())
-    again = sweep_lost_operations(received_up_to=timezone.now())
+    published = sweep_lost_operations(received_up_to={default_queue(): timezone.now()})
+    again = sweep_lost_operations(received_up_to={default_queue(): timezone.now()})
 
     assert published == 3
     assert again == 0  # the copies are the newest messages now
@@ -164,7 +165,7 @@ def test_a_worker_knows_the_newest_publish_time_it_has_received(
         for operation_id in operation_ids:
             finished_operation(operation_id)
         (sweep,) = [s for s in worker.consumer.steps if isinstance(s, OperationSweep)]
-        received_up_to = sweep.position.received_up_to
+        received_up_to = sweep.position.received_up_to.get(default_queue())
 
     newest = Operation.objects.order_by("-published_at").values_list("published_at", flat=True)[0]
     assert received_up_to is not None

@@ -11,6 +11,7 @@ from pytest_django import Settings
 
 from config.celery import app
 from operations.models import Operation
+from operations.registry import default_queue
 from operations.services import claim_operation, lease_kept, publish, sweep_lost_operations
 from provider.models import LedgerEntry
 from tests.support.concurrency import FinishedOperation, run_concurrently, running_worker
@@ -110,8 +111,8 @@ def test_publishing_twice_is_harmless(
 ) -> None:
     accepted = pay(api)
 
-    publish(accepted["operationId"])
-    publish(accepted["operationId"])
+    publish(accepted["operationId"], queue=default_queue())
+    publish(accepted["operationId"], queue=default_queue())
 
     operation = finished_operation(accepted["operationId"])
     assert operation.status == Operation.Status.SUCCEEDED
