@@ -22,16 +22,17 @@ sends the oldest waiting delivery of it as it lets the endpoint go
 waiting ones after ``_WAIT_FOR_RELEASE``. So a receiver that is slow to
 answer holds one worker at most, and the others deliver to every other
 endpoint meanwhile; the price is that one endpoint takes one delivery at a
-time (an endpoint that answers in 50 ms takes some 15 a second). The limit
-of it: each phase of an attempt is bounded, not the attempt as a whole, so
-a receiver that sends its answer a byte at a time, each within the
-timeout, can outlast the hold, and the next attempt then takes the
-endpoint beside it.
+time (an endpoint that answers in 50 ms takes some 15 a second).
+
+**Bounded in all, and apart.** An attempt takes at most ``WEBHOOK_TIMEOUT``
+from connecting to the answer's status, however slowly a receiver sends it
+(events.outbound), and attempts run on workers of their own
+(``WEBHOOK_QUEUE``): a tenant's slow receivers hold delivery slots, never
+the slots payments and refunds need.
 """
 
 from datetime import datetime, timedelta
 
-import httpx
 import standardwebhooks
 import structlog
 from django.conf import settings
@@ -39,7 +40,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from events import addresses, metrics
+from events import addresses, metrics, outbound
 from events.links import deliveries_path
 from events.models import Delivery, WebhookEndpoint
 from events.rendering import body_of
@@ -58,9 +59,9 @@ UNDELIVERED = "WebhookUndelivered"
 ENDPOINT_DISABLED = "WebhookEndpointDisabled"
 # How much of a receiver's failure is kept: its status code, and our words.
 _ERROR_LENGTH = 500
-# How long an attempt holds its endpoint, beyond its phases: the name's
-# resolution, then connecting, sending and waiting for the answer, each
-# bounded by WEBHOOK_TIMEOUT. The hold must outlast the attempt, or a second
+# How long an attempt holds its endpoint, beyond its two bounds: the name's
+# resolution (addresses.RESOLVE_TIMEOUT), then the request, WEBHOOK_TIMEOUT
+# in all (events.outbound). The hold must outlast the attempt, or a second
 # attempt could take the endpoint while the first still waits.
 _HOLD_MARGIN = 5.0
 # How long a postponed delivery waits at most for the attempt that holds its
@@ -119,7 +120,19 @@ def give_up(operation: Operation, failure: Failure) -> None:
         _send_next(endpoint_id, operation.tenant_id)
 
 
-@registry.register(DELIVER_WEBHOOK, result_path=deliveries_path, retry=RETRY, give_up=give_up)
+def _queue() -> str:
+    return str(settings.WEBHOOK_QUEUE)
+
+
+@registry.register(
+    DELIVER_WEBHOOK,
+    result_path=deliveries_path,
+    retry=RETRY,
+    give_up=give_up,
+    # Workers of their own: a receiver that takes its whole timeout to
+    # answer, at every endpoint of a tenant, holds only delivery slots.
+    queue=_queue,
+)
 def deliver(operation: Operation) -> None:
     """Post the event to the endpoint, and record the outcome.
 
@@ -155,7 +168,7 @@ def _take(endpoint: WebhookEndpoint, operation: Operation) -> datetime:
     :raises Postponed: another operation's attempt holds it.
     """
     now = timezone.now()
-    longest = addresses.RESOLVE_TIMEOUT + 3 * settings.WEBHOOK_TIMEOUT + _HOLD_MARGIN
+    longest = addresses.RESOLVE_TIMEOUT + settings.WEBHOOK_TIMEOUT + _HOLD_MARGIN
     until = now + timedelta(seconds=longest)
     taken = (
         WebhookEndpoint.objects.filter(pk=endpoint.pk)
@@ -206,7 +219,13 @@ def _send_next(endpoint_id: str, tenant_id: int) -> None:
 
 
 def _post(delivery: Delivery) -> tuple[int | None, str]:
-    """One signed POST of the event; the status code, or None and why there was none."""
+    """One signed POST of the event; the status code, or None and why there was none.
+
+    The attempt takes at most ``WEBHOOK_TIMEOUT`` from connecting to the
+    answer's status, however slowly the receiver sends it
+    (events.outbound). What went wrong is said for the tenant; the
+    network's own account goes to the log.
+    """
     try:
         target = addresses.resolve(delivery.endpoint.url)
     except addresses.Refused as refused:
@@ -224,27 +243,22 @@ def _post(delivery: Delivery) -> tuple[int | None, str]:
         ),
     }
     try:
-        with (
-            httpx.Client(
-                timeout=httpx.Timeout(settings.WEBHOOK_TIMEOUT),
-                follow_redirects=False,
-                # No proxy from the environment, and no .netrc credentials.
-                trust_env=False,
-            ) as client,
-            client.stream(
-                "POST",
-                target.address_url(),
-                content=body,
-                headers=headers,
-                extensions={"sni_hostname": target.host},
-            ) as response,
-        ):
-            # The body is not read: a receiver's answer is its status.
-            return response.status_code, ""
-    except httpx.TimeoutException:
-        return None, f"No answer within {settings.WEBHOOK_TIMEOUT:g} s."
-    except httpx.HTTPError as exc:
-        return None, f"Could not deliver: {type(exc).__name__}: {exc}"[:_ERROR_LENGTH]
+        status_code = outbound.post(
+            target.address_url(),
+            content=body,
+            headers=headers,
+            timeout=settings.WEBHOOK_TIMEOUT,
+            sni_hostname=target.host,
+        )
+    except outbound.Unanswered as unanswered:
+        logger.info(
+            "webhook attempt unanswered",
+            endpoint_id=delivery.endpoint_id,
+            reason=str(unanswered),
+            detail=unanswered.detail,
+        )
+        return None, str(unanswered)
+    return status_code, ""
 
 
 def _record(operation: Operation, delivery: Delivery, status_code: int | None, error: str) -> None:

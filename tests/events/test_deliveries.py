@@ -137,7 +137,7 @@ def test_an_endpoint_that_cannot_be_reached_records_why(
 
     (delivery,) = deliveries(api, endpoint)
     assert (delivery["status"], delivery["lastStatusCode"]) == ("failed", None)
-    assert delivery["lastError"].startswith("Could not deliver: ConnectError")
+    assert delivery["lastError"] == "The endpoint refused the connection."
 
 
 @pytest.fixture
