@@ -75,10 +75,11 @@ install: $(VENV)/.runtime
 install-dev: $(VENV)/.dev
 
 ## run: the service on the embedded default (SQLite file + SQLite broker in
-## $(VAR_DIR)/), with a Celery worker and beat beside gunicorn, on $(PORT).
+## $(VAR_DIR)/), with two Celery workers (payments with beat, and webhook
+## deliveries: docs/DEPLOYING.md, "Workers") beside gunicorn, on $(PORT).
 ## Each run issues a new demo token and revokes the previous one.
 ##
-## gunicorn and the worker run in process groups of their own (bash's set -m
+## gunicorn and the workers run in process groups of their own (bash's set -m
 ## while they start), out of reach of the terminal's Ctrl-C: a non-interactive
 ## shell would start them with SIGINT ignored, and the worker would take a
 ## second signal as an order to shut down cold. The shell catches Ctrl-C (or
@@ -103,11 +104,13 @@ run: install
 	              | tail -n 1) \
 	 || exit 1; \
 	 set -m; \
-	 $(BIN)/celery -A config worker --beat --pool=solo --loglevel=INFO & worker=$$!; \
+	 $(BIN)/celery -A config worker -Q celery --beat --pool=solo --loglevel=INFO & worker=$$!; \
+	 $(BIN)/celery -A config worker -Q webhooks -n deliveries@%h --pool=solo --loglevel=INFO \
+	   & deliveries=$$!; \
 	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
 	   $(BIN)/gunicorn -c config/gunicorn.py config.wsgi:application & web=$$!; \
 	 set +m; \
-	 trap 'kill -TERM $$worker $$web 2>/dev/null; wait' INT TERM HUP; \
+	 trap 'kill -TERM $$worker $$deliveries $$web 2>/dev/null; wait' INT TERM HUP; \
 	 printf '\nOrder service on http://127.0.0.1:$(PORT) (docs: /docs/); Ctrl-C stops it.\n'; \
 	 printf 'Demo API token (the previous one is revoked): %s\n\n' "$$token"; \
 	 printf 'curl -si http://127.0.0.1:$(PORT)/v1/orders \\\n'; \
@@ -116,7 +119,7 @@ run: install
 	 printf '  -H "Content-Type: application/json" \\\n'; \
 	 printf '  -d %s\n\n' "'{\"customerId\": \"c-1\", \"items\": [{\"sku\": \"ABC\", \"qty\": 2}], \"currency\": \"RUB\"}'"; \
 	 wait $$web; status=$$?; \
-	 kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null; \
+	 kill -TERM $$worker $$deliveries 2>/dev/null; wait $$worker $$deliveries 2>/dev/null; \
 	 exit $$status
 
 # mypy needs every module at once to check one: the service's packages and

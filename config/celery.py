@@ -176,3 +176,22 @@ def _serve_worker_metrics(**kwargs: Any) -> None:
 def _remove_worker_metrics(**kwargs: Any) -> None:
     if _metrics_directory is not None:
         worker_metrics.remove_directory(_metrics_directory)
+
+
+# Payments and webhook deliveries have queues of their own so that they never
+# share a worker's slots (docs/DEPLOYING.md, "Workers"). A worker started
+# without -Q consumes both, as development wants; in production that is the
+# mistake that lets a tenant's slow receivers delay everyone's payments, so
+# the worker says so as it starts.
+
+
+@signals.celeryd_after_setup.connect
+def _warn_of_shared_slots(sender: str, instance: Any, **kwargs: Any) -> None:
+    consumed = sorted(instance.app.amqp.queues.consume_from)
+    if len(consumed) > 1:
+        structlog.get_logger(__name__).warning(
+            "this worker consumes several queues, so slow webhook receivers can delay "
+            "payments here; in production run one worker per queue "
+            "(-Q celery, -Q webhooks: docs/DEPLOYING.md, Workers)",
+            queues=consumed,
+        )

@@ -221,7 +221,7 @@ class Deployment:
         return sorted(int(child) for child in children)
 
     def start_worker(
-        self, *, pool: str = "solo", concurrency: int = 1, **env: str
+        self, *, pool: str = "solo", concurrency: int = 1, queue: str | None = None, **env: str
     ) -> subprocess.Popen[bytes]:
         """A Celery worker, connected when this returns.
 
@@ -229,10 +229,13 @@ class Deployment:
         ``pool="prefork", concurrency=2`` runs two tasks at once in child
         processes, as docker-compose.yml's worker does (on two cores). It
         runs in a session of its own, so that a kill reaches it alone.
+        It consumes every queue, as a worker started without ``-Q`` does,
+        unless ``queue`` names the one it takes (docs/DEPLOYING.md, "Workers").
         """
         log = self.var_dir / f"worker-{len(self.workers)}.log"
         # solo has no concurrency to set: its one task runs in the worker.
         concurrent = [] if pool == "solo" else [f"--concurrency={concurrency}"]
+        queues = [] if queue is None else ["-Q", queue, "-n", f"{queue}-{len(self.workers)}@%h"]
         worker = servers.start(
             f"celery worker {len(self.workers)}",
             [
@@ -242,6 +245,7 @@ class Deployment:
                 "worker",
                 f"--pool={pool}",
                 *concurrent,
+                *queues,
                 "--without-mingle",
                 "--without-gossip",
                 "--loglevel=INFO",

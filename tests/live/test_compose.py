@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.conf import settings
 
 from tests.support.live import ROOT
 
@@ -52,13 +53,16 @@ def test_stack_has_every_service(services: dict[str, Any]) -> None:
         "migrate",
         "web",
         "worker",
+        "deliveries",
         "beat",
         "balancer",
         "nginx",
     } <= services.keys()
 
 
-@pytest.mark.parametrize("name", ["postgres", "redis", "web", "worker", "balancer", "nginx"])
+@pytest.mark.parametrize(
+    "name", ["postgres", "redis", "web", "worker", "deliveries", "balancer", "nginx"]
+)
 def test_long_running_services_have_healthchecks(services: dict[str, Any], name: str) -> None:
     assert services[name]["healthcheck"]["test"]
 
@@ -74,7 +78,7 @@ def test_one_off_migrate_runs_once_before_web_and_worker(services: dict[str, Any
     # A one-off: restarted after it exits, it would run again and again.
     assert migrate["restart"] == "no"
     assert "healthcheck" not in migrate
-    for name in ("web", "worker"):
+    for name in ("web", "worker", "deliveries"):
         assert services[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"
         }
@@ -87,7 +91,7 @@ def test_only_the_one_off_migrates(services: dict[str, Any]) -> None:
     assert command_text(services["web"]).startswith("gunicorn -c config/gunicorn.py")
 
 
-@pytest.mark.parametrize("name", ["web", "worker"])
+@pytest.mark.parametrize("name", ["web", "worker", "deliveries"])
 def test_web_and_worker_can_scale(services: dict[str, Any], name: str) -> None:
     # --scale web=3 refuses a fixed container name, and a fixed host port
     # could be bound by one replica only.
@@ -102,9 +106,25 @@ def test_web_waits_for_healthy_postgres_and_redis(services: dict[str, Any]) -> N
 
 
 def test_app_services_share_settings(services: dict[str, Any]) -> None:
-    environments = [services[name]["environment"] for name in ("migrate", "web", "worker", "beat")]
+    environments = [
+        services[name]["environment"] for name in ("migrate", "web", "worker", "deliveries", "beat")
+    ]
     for key in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY"):
         assert len({environment[key] for environment in environments}) == 1, key
+
+
+def test_each_queue_has_workers_of_its_own(services: dict[str, Any]) -> None:
+    # Payments and deliveries never share a slot (docs/DEPLOYING.md, "Workers").
+    consumed: dict[str, list[str]] = {}
+    for name, service in services.items():
+        command = service.get("command") or []
+        if command[:4] == ["celery", "-A", "config", "worker"]:
+            queues = command[command.index("-Q") + 1]
+            consumed.setdefault(queues, []).append(name)
+    assert consumed == {
+        queue.name: [name]
+        for queue, name in zip(settings.CELERY_TASK_QUEUES, ["worker", "deliveries"], strict=True)
+    }
 
 
 def test_only_nginx_publishes_a_port(services: dict[str, Any]) -> None:

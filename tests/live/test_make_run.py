@@ -179,7 +179,8 @@ def test_make_run_serves_and_stops_everything_once(
     assert make.returncode == -stopped_by, output_text[-3000:]
     assert stopped_after < STOPPED_WITHIN_S, output_text[-3000:]
     assert "Traceback" not in output_text
-    assert output_text.count("Warm shutdown") == 1, output_text[-3000:]
+    # Each of the two workers (payments with beat, deliveries) once.
+    assert output_text.count("Warm shutdown") == 2, output_text[-3000:]
     assert output_text.count("beat: Shutting down") == 1, output_text[-3000:]
     assert output_text.count("Shutting down: Master") == 1, output_text[-3000:]
     assert "cold shutdown" not in output_text.lower()
