@@ -49,7 +49,7 @@ print(json.dumps({
         for name in (
             "IDEMPOTENCY_KEY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_LOCK_TIMEOUT",
             "PAYMENT_RETRY_BACKOFF", "OPERATION_MAX_ATTEMPTS", "OPERATION_STALE_AFTER",
-            "OPERATION_LEASE",
+            "OPERATION_LEASE", "OPERATION_RETENTION",
         )
     },
 }))
