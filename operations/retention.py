@@ -1,6 +1,6 @@
 """Keeping ended operations for ``OPERATION_RETENTION``, and no longer.
 
-docs/SPECIFICATION.md §4 (Operations). An operation that has ended
+docs/SPECIFICATION.md §4 rule 8. An operation that has ended
 (``succeeded`` or ``failed``) is read only by a client polling it, by a
 replay of the ``202`` that started it (idempotency keys live
 ``IDEMPOTENCY_KEY_TTL``, which the settings keep at most this long) and by
