@@ -25,7 +25,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 # puts them on the tests).
 CHECK_MARKERS := not live and not proxy and not browser and not fault and not promtool and not worker and not transactional and not slow
 
-.PHONY: install install-dev run test check typecheck faults failover demo lint fmt lock bench bench-replication soak soak-http fuzz clean FORCE
+.PHONY: install install-dev run test check typecheck faults failover demo lint fmt lock bench bench-operations bench-replication soak soak-http fuzz clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). A venv
 # that works is never removed here, whatever made it: `make run` may be
@@ -203,6 +203,12 @@ bench-replication: install-dev
 	@command -v wrk >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk; }
 	$(patroni_installed)
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench.replication
+
+## bench-operations: a scrape of /metrics and the operator's statements at 10^3
+## and 10^6 ended operations, and their ratio (tests/bench/operations.py; a
+## database of its own, order_service_bench_operations).
+bench-operations: install-dev
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} $(PY) -m tests.bench.operations
 
 ## soak: payments at twice the rate one worker serves them, for a minute, then
 ## none (tests/bench/soak.py): the messages published per payment, the queue's

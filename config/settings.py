@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 from kombu.entity import Queue
 
 from observability.logging import configure_structlog
@@ -243,6 +244,20 @@ OPERATION_LEASE = env.float("OPERATION_LEASE", default=10.0)
 # connects to the broker. A sweep is a read of the queue's length and one
 # indexed query when nothing is lost.
 OPERATION_SWEEP_INTERVAL = env.float("OPERATION_SWEEP_INTERVAL", default=2.0)
+# How long an ended (succeeded or failed) operation is kept (seconds),
+# counted from its end; then beat's purge deletes it and its id is 404
+# (operations/retention.py). 30 days, as long as the feed's events. Never
+# less than IDEMPOTENCY_KEY_TTL: a replay of a 202 reports its operation's
+# status, and an operation ends after its key was claimed, so with this at
+# least the key's TTL the key always goes first.
+OPERATION_RETENTION = env.int("OPERATION_RETENTION", default=30 * 86400)
+if OPERATION_RETENTION < IDEMPOTENCY_KEY_TTL:
+    raise ImproperlyConfigured(
+        f"OPERATION_RETENTION ({OPERATION_RETENTION} s) is below IDEMPOTENCY_KEY_TTL"
+        f" ({IDEMPOTENCY_KEY_TTL} s): a replay of a 202 reports its operation's status,"
+        " so an ended operation must be kept at least as long as the key that answers"
+        " with it. Raise OPERATION_RETENTION or lower IDEMPOTENCY_KEY_TTL."
+    )
 
 # --- Events and webhooks ----------------------------------------------------
 
@@ -325,6 +340,12 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-events": {
         "task": "events.tasks.purge_expired_events",
         # Hourly: the feed holds at most an hour past EVENT_RETENTION.
+        "schedule": 3600.0,
+    },
+    "purge-ended-operations": {
+        "task": "operations.tasks.purge_ended_operations",
+        # Hourly: an ended operation is kept at most an hour past
+        # OPERATION_RETENTION, and a run deletes about an hour's operations.
         "schedule": 3600.0,
     },
 }

@@ -13,6 +13,14 @@ Read from the database at scrape time, by the web nodes:
   every enabled endpoint and their pending deliveries: bounded by what is
   pending, not by history.
 
+- ``events_feed_lag_seconds``: how far the feed lags behind the events
+  already committed: the age of the first committed event it does not show
+  yet, 0 when it shows them all. The feed shows an event only once every
+  older transaction on the PostgreSQL server has ended
+  (events.selectors.feed_of), so a transaction left open anywhere on the
+  server (another database's too) holds back every event committed after
+  it began. An index probe.
+
 Counted by the workers, at a worker's own metrics
 (observability/worker_metrics.py):
 
@@ -33,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from events.models import Delivery, WebhookEndpoint
+from events.selectors import first_unshown_event_at
 
 RESULTS = ("succeeded", "failed")
 OUTCOMES = ("2xx", "3xx", "4xx", "5xx", "1xx", "error")
@@ -95,3 +104,23 @@ def failing_endpoints() -> int:
         .filter(Exists(failed_attempt))
         .count()
     )
+
+
+class FeedCollector(Collector):
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lag = GaugeMetricFamily(
+            "events_feed_lag_seconds",
+            "Seconds since the first committed event GET /v1/events does not show yet was"
+            " written (0: it shows every committed event).",
+        )
+        lag.add_metric([], feed_lag())
+        yield lag
+
+
+def feed_lag() -> float:
+    """Seconds the feed's visible horizon lags behind the committed events (0: none)."""
+    first = first_unshown_event_at()
+    return 0.0 if first is None else max(0.0, (timezone.now() - first).total_seconds())

@@ -1,4 +1,6 @@
-"""Event and webhook reads, always scoped to the caller's tenant."""
+"""Event and webhook reads, scoped to the caller's tenant but for the operator's feed lag."""
+
+from datetime import datetime
 
 from django.db import connection
 from django.db.models import Expression, Func, Q, QuerySet
@@ -66,6 +68,24 @@ def feed_of(
         txid, seq = position
         events = events.filter(Q(txid__gt=txid) | Q(txid=txid, seq__gt=seq))
     return events
+
+
+def first_unshown_event_at() -> datetime | None:
+    """When the first committed event the feed does not show yet was written; None if none is.
+
+    Across tenants: the horizon is the server's (:func:`feed_of`). "First"
+    in the feed's order, by transaction: the event the feed will show next.
+    One probe of the ``event_horizon`` index, whatever the table holds.
+    Always None on SQLite, whose feed shows each event at its commit.
+    """
+    if connection.vendor != "postgresql":
+        return None
+    return (
+        Event.objects.filter(txid__gte=_ended_before())
+        .order_by("txid", "seq")
+        .values_list("created_at", flat=True)
+        .first()
+    )
 
 
 def get_event(*, tenant: Tenant, event_id: str) -> Event:

@@ -79,6 +79,16 @@ class Operation(models.Model):
                 condition=models.Q(status="processing"),
                 name="operation_processing_age",
             ),
+            # The purge of ended operations, the longest ended first, and the
+            # operator's count of those ended lately: only ended rows, so
+            # neither reads the processing ones, nor the other way round.
+            # An ended row is never written again, so its updated_at is when
+            # it ended.
+            models.Index(
+                fields=["updated_at"],
+                condition=models.Q(status__in=["succeeded", "failed"]),
+                name="operation_ended",
+            ),
         ]
         constraints = [
             # The same work is never under way twice, nor done twice: of the

@@ -1,11 +1,13 @@
-"""Thin tasks: claim the operation, then make one attempt at it."""
+"""Thin tasks: claim the operation, then make one attempt at it; and the purge."""
 
 from typing import Any
 
 import structlog
 from celery import shared_task
 
-from operations import services
+from operations import retention, services
+
+logger = structlog.get_logger(__name__)
 
 
 @shared_task
@@ -23,3 +25,17 @@ def run_operation(*, operation_id: str, **kwargs: Any) -> None:
         operation_id=operation.id, kind=operation.kind, attempt=operation.attempts
     )
     services.attempt_operation(operation)
+
+
+@shared_task
+def purge_ended_operations() -> int:
+    """The hourly purge (CELERY_BEAT_SCHEDULE); returns how many operations it deleted."""
+    result = retention.purge()
+    logger.info(
+        "operations_purged",
+        deleted=result.deleted,
+        batches=result.batches,
+        seconds=round(result.seconds, 3),
+        finished=result.finished,
+    )
+    return result.deleted

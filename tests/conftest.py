@@ -97,6 +97,10 @@ SLOW: dict[str, set[str]] = {
         "test_the_admin_can_be_switched_off",
         "test_x_forwarded_proto_is_believed_only_behind_a_proxy",
     },
+    # Django processes of their own, to read settings fresh.
+    "tests/operations/test_retention.py": {
+        "test_a_retention_shorter_than_the_key_ttl_is_refused_at_start",
+    },
     # Each shape timed at two sizes, several runs.
     "tests/hostile/test_pathological_bodies.py": {
         "test_work_grows_linearly_with_the_body_whatever_its_shape",

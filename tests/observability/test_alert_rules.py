@@ -158,6 +158,7 @@ def test_the_names_read_are_the_metrics_and_recorded_series_in_an_expression() -
 
 def test_the_rules_read_these_metrics_of_the_service() -> None:
     assert metric_names_in_rules() == {
+        "events_feed_lag_seconds",
         "http_requests_total",
         "idempotency_outcomes_total",
         "idempotency_purge_lag_seconds",

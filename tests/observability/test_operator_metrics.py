@@ -257,6 +257,7 @@ def test_a_scrape_reads_the_database_in_a_fixed_number_of_queries(
     # Operations by kind and status; the oldest processing one of each of
     # the three kinds (an index probe each); the key table's size and the
     # purge's lag (one statement); the oldest pending webhook delivery and
-    # the failing endpoints; readiness's SELECT 1.
-    with django_assert_num_queries(8):
+    # the failing endpoints; the event feed's lag (an index probe);
+    # readiness's SELECT 1.
+    with django_assert_num_queries(9):
         assert client.get("/metrics").status_code == 200

@@ -22,9 +22,10 @@ def _duration(seconds: float) -> str:
 
 class Command(BaseCommand):
     help = (
-        "What the asynchronous side is doing: operations by kind and status, with their"
-        " attempts and published messages; the oldest processing operation of each kind; and"
-        " the processing operations that have used most of their attempt budget."
+        "What the asynchronous side is doing: operations processing, and ended in the last"
+        " hour, by kind and status, with their attempts and published messages; the oldest"
+        " processing operation of each kind; and the processing operations that have used"
+        " most of their attempt budget."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -41,8 +42,11 @@ class Command(BaseCommand):
         now = timezone.now()
         write = self.stdout.write
 
-        counted = tallies()
-        write("Operations by kind and status (copies: the messages beyond the first of each):")
+        counted = tallies(now=now)
+        write(
+            "Operations processing, and ended in the last hour, by kind and status"
+            " (copies: the messages beyond the first of each):"
+        )
         write(f"  {'kind':<16} {'status':<11} {'count':>9} {'attempts':>9} {'copies':>9}")
         for t in counted:
             copies = t.messages - t.count
