@@ -78,7 +78,9 @@ def test_slow_receivers_delay_neither_another_tenant_s_payments_nor_its_deliveri
     base_url = deployment.service.base_url
     victim = RetryingClient(base_url, token, Figures("tenant isolation"))
     attacker = RetryingClient(
-        base_url, create_api_client(tenant_slug="attacker", name="slow").token, Figures("the attacker")
+        base_url,
+        create_api_client(tenant_slug="attacker", name="slow").token,
+        Figures("the attacker"),
     )
     usual = [seconds_to_pay(victim) for _ in range(PAYMENTS)]
 
