@@ -72,9 +72,10 @@ def seconds_to_pay(client: RetryingClient) -> float:
 def test_slow_receivers_delay_neither_another_tenant_s_payments_nor_its_deliveries(
     deployment: Deployment, token: str
 ) -> None:
-    deployment.start_web(**WEBHOOKS)
-    deployment.start_worker(queue=settings.CELERY_TASK_DEFAULT_QUEUE, **WEBHOOKS)
-    deployment.start_worker(queue=settings.WEBHOOK_QUEUE, pool="prefork", concurrency=2, **WEBHOOKS)
+    deployment.env = {**deployment.env, **WEBHOOKS}
+    deployment.start_web()
+    deployment.start_worker(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    deployment.start_worker(queue=settings.WEBHOOK_QUEUE, pool="prefork", concurrency=2)
     base_url = deployment.service.base_url
     victim = RetryingClient(base_url, token, Figures("tenant isolation"))
     attacker = RetryingClient(
