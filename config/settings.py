@@ -361,7 +361,8 @@ optional `details`.
 ## Lists
 Cursor-paginated, newest first: `{"results": […], "next": url|null, "previous": url|null,
 "nextCursor": str|null, "previousCursor": str|null}`. Follow `next`, or pass `nextCursor`
-back as `cursor`; `pageSize` is an integer from 1 to 200 (default 50).
+back as `cursor`, on the list (path, filters) that issued it; `pageSize` is an integer
+from 1 to 200 (default 50).
 """,
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
