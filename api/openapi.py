@@ -371,8 +371,9 @@ def retry_after_header(statuses: Sequence[int]) -> OpenApiParameter:
         type=int,
         description=(
             "Seconds to wait before asking again: while an operation is processing (202 "
-            "and the operation), for `IdempotencyKeyInProgress` (409), `Throttled` (429) "
-            "and `ServiceUnavailable` (503)."
+            "and the operation; it grows with the operation's age, see `getOperation`), for "
+            "`IdempotencyKeyInProgress` (409), `Throttled` (429) and `ServiceUnavailable` "
+            "(503)."
         ),
     )
 

@@ -351,7 +351,8 @@ operations: another tenant's resource is answered `404`, like a missing one.
 
 ## Asynchronous commands
 Payments and refunds answer `202` with `Location: /v1/operations/op_…` and
-`Retry-After`; poll the operation until its `status` is `succeeded` or `failed`.
+`Retry-After`; poll the operation until its `status` is `succeeded` or `failed`, waiting
+what each answer's `Retry-After` says (it grows as the operation ages, up to 30 s).
 
 ## Errors
 Every error is `application/problem+json` with `type`, `title`, `status`, `error` (a
