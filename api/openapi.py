@@ -371,8 +371,9 @@ def retry_after_header(statuses: Sequence[int]) -> OpenApiParameter:
         type=int,
         description=(
             "Seconds to wait before asking again: while an operation is processing (202 "
-            "and the operation), for `IdempotencyKeyInProgress` (409), `Throttled` (429) "
-            "and `ServiceUnavailable` (503)."
+            "and the operation; it grows with the operation's age, see `getOperation`), for "
+            "`IdempotencyKeyInProgress` (409), `Throttled` (429) and `ServiceUnavailable` "
+            "(503)."
         ),
     )
 
@@ -452,9 +453,10 @@ CURSOR = OpenApiParameter(
     type=str,
     description=(
         "Opaque and signed: pass back the `nextCursor` or `previousCursor` of a page (the "
-        "`next` and `previous` links carry the same). One this service did not issue (or "
-        "issued under another `SECRET_KEY`) is `400 ValidationError`; start again without "
-        "a cursor."
+        "`next` and `previous` links carry the same). It is good only on the list that "
+        "issued it: the same path, tenant and filters (`type`; not `pageSize`). Any other "
+        "(made up, of another list or filter, or issued under another `SECRET_KEY`) is "
+        "`400 ValidationError`; start again without a cursor."
     ),
 )
 PAGE_SIZE = OpenApiParameter(
@@ -476,7 +478,7 @@ INVALID_LIST_QUERY = Refusal(
         details={"pageSize": [f"Must be an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}."]}
     ),
     f"`pageSize` is not an integer from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE}, or `cursor` is "
-    "not one this service issued; `details` names the parameter.",
+    "not one this list issued; `details` names the parameter.",
     members=FIELD_ERRORS,
 )
 

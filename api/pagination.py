@@ -1,3 +1,5 @@
+import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -35,14 +37,38 @@ class NewestFirstCursorPagination(CursorPagination):
     (an impossible time-zone offset) was a 500. A cursor this service did
     not issue, or issued under another ``SECRET_KEY``, is a 400 that says to
     start again from the first page.
+
+    A cursor is good only on the list that issued it: the same path (so the
+    same route, and for a webhook endpoint's deliveries the same endpoint),
+    the same tenant and the same ``scope`` filters. A position means nothing
+    elsewhere: an orders cursor's creation time read as the feed's
+    transaction id was a 500, and on another endpoint's deliveries it would
+    quietly skip rows. The signature covers the list's identity, which is
+    not written into the cursor: it costs no length, and shows no tenant's
+    id. A cursor of another list fails its signature like a forged one, and
+    is the same 400.
     """
 
     ordering = ("-created_at", "-id")
     page_size = DEFAULT_PAGE_SIZE
     page_size_query_param = "pageSize"
     max_page_size = MAX_PAGE_SIZE
+    # Set by paginate_queryset, like DRF's own state of a page.
+    _signer: signing.Signer
+
+    def __init__(self, *, tenant: int, scope: Mapping[str, str | None] | None = None) -> None:
+        """A page of the list at the request's path, for ``tenant`` (its id), filtered by ``scope``.
+
+        ``scope``: the query parameters that choose which rows the list
+        holds (the feed's ``type``), by name. Not ``pageSize``: a client may
+        change it from one page to the next.
+        """
+        self._tenant = tenant
+        self._scope = dict(scope or {})
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        # Before the cursor is read: its signature is the list's.
+        self._signer = _signer([request.path_info, self._tenant, sorted(self._scope.items())])
         page = super().paginate_queryset(queryset, request, view)
         # Links are path-absolute (/v1/…), like every link we answer.
         self.base_url = request.get_full_path()
@@ -85,33 +111,40 @@ class NewestFirstCursorPagination(CursorPagination):
         return size
 
     def encode_cursor(self, cursor: Cursor) -> str:
-        token = _signer().sign_object([cursor.offset, cursor.reverse, cursor.position])
+        token = self._signer.sign_object([cursor.offset, cursor.reverse, cursor.position])
         return str(replace_query_param(self.base_url or "", self.cursor_query_param, token))
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         """The cursor of the request, if it sent one.
 
-        :raises InvalidListQuery: a cursor this service did not issue.
+        :raises InvalidListQuery: a cursor this list did not issue.
         """
         token = request.query_params.get(self.cursor_query_param)
         if token is None:
             return None
         try:
-            offset, reverse, position = _signer().unsign_object(token)
+            offset, reverse, position = self._signer.unsign_object(token)
         except (signing.BadSignature, ValueError, TypeError):
             raise InvalidListQuery(
                 details={
                     "cursor": [
-                        "Not a cursor this service issued, or no longer readable: take "
-                        "`next` or `previous` from a page, or start again without one."
+                        "Not a cursor of this list (its path, its filters, your tenant), "
+                        "or no longer readable: take `next` or `previous` from a page of "
+                        "it, or start again without one."
                     ]
                 }
             ) from None
         return Cursor(offset=offset, reverse=reverse, position=position)
 
 
-def _signer() -> signing.Signer:
-    return signing.Signer(salt="api.pagination.cursor")
+def _signer(identity: list[Any]) -> signing.Signer:
+    """Signs and checks the cursors of one list, named by ``identity``.
+
+    The identity is the salt: Django's signer derives its key from the salt
+    and ``SECRET_KEY``, so a cursor verifies only under the list it was made
+    for. JSON makes the identity one unambiguous string.
+    """
+    return signing.Signer(salt="api.pagination.cursor:" + json.dumps(identity))
 
 
 def _invalid_page_size() -> InvalidListQuery:

@@ -384,7 +384,8 @@ operations: another tenant's resource is answered `404`, like a missing one.
 
 ## Asynchronous commands
 Payments and refunds answer `202` with `Location: /v1/operations/op_…` and
-`Retry-After`; poll the operation until its `status` is `succeeded` or `failed`.
+`Retry-After`; poll the operation until its `status` is `succeeded` or `failed`, waiting
+what each answer's `Retry-After` says (it grows as the operation ages, up to 30 s).
 
 ## Errors
 Every error is `application/problem+json` with `type`, `title`, `status`, `error` (a
@@ -394,7 +395,8 @@ optional `details`.
 ## Lists
 Cursor-paginated, newest first: `{"results": […], "next": url|null, "previous": url|null,
 "nextCursor": str|null, "previousCursor": str|null}`. Follow `next`, or pass `nextCursor`
-back as `cursor`; `pageSize` is an integer from 1 to 200 (default 50).
+back as `cursor`, on the list (path, filters) that issued it; `pageSize` is an integer
+from 1 to 200 (default 50).
 """,
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,

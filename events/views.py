@@ -28,12 +28,13 @@ from idempotency.commands import idempotent_command
 class EventCollection(APIView):
     @schema.list_events
     def get(self, request: Request) -> Response:
+        tenant, type = principal_of(request).tenant, request.query_params.get("type")
         events = selectors.feed_of(
-            tenant=principal_of(request).tenant,
-            type=request.query_params.get("type"),
-            after=request.query_params.get("after"),
+            tenant=tenant, type=type, after=request.query_params.get("after")
         )
-        paginator = OldestFirstCursorPagination()
+        # `after` is no part of the list: it says where to start, as a cursor
+        # does, and a cursor's position is past it.
+        paginator = OldestFirstCursorPagination(tenant=tenant.pk, scope={"type": type})
         page = paginator.paginate_queryset(events, request, self)
         return paginator.get_paginated_response([event_of(event) for event in page])
 
@@ -64,10 +65,9 @@ class WebhookEndpointCollection(APIView):
 
     @schema.list_webhook_endpoints
     def get(self, request: Request) -> Response:
-        paginator = NewestFirstCursorPagination()
-        page = paginator.paginate_queryset(
-            selectors.endpoints_of(tenant=principal_of(request).tenant), request, self
-        )
+        tenant = principal_of(request).tenant
+        paginator = NewestFirstCursorPagination(tenant=tenant.pk)
+        page = paginator.paginate_queryset(selectors.endpoints_of(tenant=tenant), request, self)
         return paginator.get_paginated_response(WebhookEndpointOutput(page, many=True).data)
 
 
@@ -95,9 +95,9 @@ class WebhookEndpointDetail(APIView):
 class WebhookDeliveries(APIView):
     @schema.list_deliveries
     def get(self, request: Request, endpoint_id: str) -> Response:
-        deliveries = selectors.deliveries_of(
-            tenant=principal_of(request).tenant, endpoint_id=endpoint_id
-        )
-        paginator = NewestFirstCursorPagination()
+        tenant = principal_of(request).tenant
+        deliveries = selectors.deliveries_of(tenant=tenant, endpoint_id=endpoint_id)
+        # The endpoint is in the path, and so in the list's identity.
+        paginator = NewestFirstCursorPagination(tenant=tenant.pk)
         page = paginator.paginate_queryset(deliveries, request, self)
         return paginator.get_paginated_response(DeliveryOutput(page, many=True).data)

@@ -3,6 +3,7 @@
 from drf_spectacular.utils import OpenApiResponse
 
 from api.openapi import not_found, path_id, read_schema
+from operations.polling import RULE
 from operations.serializers import OperationOutput
 
 get_operation = read_schema(
@@ -11,7 +12,9 @@ get_operation = read_schema(
     description=(
         "The state of asynchronous work, read from the database. `status` only moves "
         "forward: `processing` → `succeeded` | `failed`; `Retry-After` comes with "
-        "`processing`. `resultId` names what the operation works on, and `links.result` "
+        f"`processing`, and grows with the operation's age: {RULE}. The `202` of a command "
+        "that started the operation, and its replays, carry the same. `resultId` names "
+        "what the operation works on, and `links.result` "
         "where to read it: the payment of a `payment.charge`, the order of an "
         "`order.refund`. Every operation ends: a failed attempt is retried with backoff, "
         "and after the deployment's `OPERATION_MAX_ATTEMPTS` attempts "

@@ -5,9 +5,7 @@ from rest_framework import serializers
 
 from operations import registry
 from operations.models import Operation
-
-# Seconds a client should wait before polling a processing operation again.
-POLL_AFTER_SECONDS = 1
+from operations.polling import retry_after_of
 
 
 def operation_path(operation_id: str) -> str:
@@ -69,8 +67,8 @@ class OperationOutput(serializers.ModelSerializer[Operation]):
 
 
 def polling_headers(operation: Operation) -> dict[str, str]:
-    """``Location`` of the operation, and ``Retry-After`` while it is processing."""
+    """``Location`` of the operation, and ``Retry-After`` (by its age) while it is processing."""
     headers = {"Location": operation_path(operation.id)}
     if operation.status == Operation.Status.PROCESSING:
-        headers["Retry-After"] = str(POLL_AFTER_SECONDS)
+        headers["Retry-After"] = retry_after_of(operation.created_at)
     return headers

@@ -57,10 +57,9 @@ class OrderCollection(APIView):
 
     @schema.list_orders
     def get(self, request: Request) -> Response:
-        paginator = NewestFirstCursorPagination()
-        page = paginator.paginate_queryset(
-            selectors.order_rows_of(tenant=principal_of(request).tenant), request, self
-        )
+        tenant = principal_of(request).tenant
+        paginator = NewestFirstCursorPagination(tenant=tenant.pk)
+        page = paginator.paginate_queryset(selectors.order_rows_of(tenant=tenant), request, self)
         # Rows rendered by a plain function, not OrderOutput: see its comment
         # in orders/rendering.py for what that saves.
         relations = selectors.relations_of(orders=page)

@@ -9,13 +9,15 @@ promise, the part only a client can keep:
   across crashes and reruns, when asked) for as long as the service keeps
   it (:mod:`order_service_client.keys`);
 - retries of exactly the outcomes that may change, waiting as the service
-  says or with jittered backoff, within a deadline
+  says or with jittered backoff, within a deadline that outlasts a
+  failover and never outlasts the key's retention
   (:mod:`order_service_client.retry`);
 - the service's problem+json errors as exceptions
   (:mod:`order_service_client.errors`);
 - orders placed under ids the caller chooses (``put_order``), and commands
   conditional on the version read (``get_order_versioned``, ``if_match``);
-- polling of asynchronous operations, and cursor pagination;
+- polling of asynchronous operations at the service's ``Retry-After``,
+  and cursor pagination;
 - for a webhook endpoint, the consumer's half: deliveries verified with
   the Standard Webhooks reference verifier, and each event handled once
   however often it is delivered (:mod:`order_service_client.webhooks`).
@@ -71,11 +73,12 @@ from order_service_client.errors import (
 from order_service_client.keys import (
     DEFAULT_RETENTION,
     KeyStore,
+    LeasingKeyStore,
     MemoryKeyStore,
     SQLiteKeyStore,
     new_key,
 )
-from order_service_client.retry import RetryEvent, RetryPolicy
+from order_service_client.retry import FAILOVER_GOAL_S, RetryEvent, RetryPolicy
 from order_service_client.webhooks import (
     DEFAULT_INBOX_LEASE,
     DEFAULT_INBOX_RETENTION,
@@ -95,6 +98,7 @@ __all__ = [
     "DEFAULT_RETENTION",
     "DEFAULT_WEBHOOK_TOLERANCE",
     "ERROR_CLASSES",
+    "FAILOVER_GOAL_S",
     "ApiError",
     "AsyncOrderServiceClient",
     "AuthenticationFailed",
@@ -107,6 +111,7 @@ __all__ = [
     "IdempotencyKeyInProgress",
     "Inbox",
     "KeyStore",
+    "LeasingKeyStore",
     "MemoryInbox",
     "MemoryKeyStore",
     "NotFound",

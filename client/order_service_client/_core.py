@@ -26,7 +26,13 @@ from order_service_client.errors import (
     error_from_response,
     problem_of,
 )
-from order_service_client.keys import KeyStore, MemoryKeyStore, new_key
+from order_service_client.keys import (
+    DEFAULT_RETENTION,
+    KeyStore,
+    LeasingKeyStore,
+    MemoryKeyStore,
+    new_key,
+)
 from order_service_client.retry import RetryEvent, RetryPolicy, parse_retry_after, transient
 
 USER_AGENT = f"order-service-client/{__version__} httpx/{httpx.__version__}"
@@ -50,6 +56,11 @@ _UNFINISHED = frozenset({"processing", "pending"})
 # (the service sends one while processing), and the least ever waited.
 _DEFAULT_POLL_S = 1.0
 _MIN_POLL_S = 0.05
+# What wait() keeps of its timeout for a last poll when the Retry-After
+# reaches past it: the service answers a poll in milliseconds, and a second
+# covers a slow network, so the last look comes at the end of the budget
+# rather than one Retry-After (up to 30 s) before it.
+_LAST_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,10 @@ class _Call:
     content: bytes | None = None
     key: str | None = None
     if_match: str | None = None
+    # Seconds, from the call, in which the key may still be retried: what is
+    # left of the service's retention since the key's first use. No retry
+    # under the key starts after it (docs/SPECIFICATION.md §3 rule 13).
+    key_retention: float | None = None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -169,6 +184,11 @@ class _Attempts:
         self.started = core._clock()
         self.count = 0
         self.policy = core._retry
+        if call.key_retention is not None:
+            # Past the key's retention the service may have forgotten it,
+            # and a retry under it would execute the command again.
+            key_end = self.started + call.key_retention
+            until = key_end if until is None else min(until, key_end)
         if until is not None and until - self.started < self.policy.deadline:
             # A caller's own deadline (wait's timeout) is never overrun by a retry.
             self.policy = dataclasses.replace(
@@ -317,14 +337,21 @@ class _ClientCore:
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         if key is not None and intent is not None:
             raise ValueError("pass a key or an intent, not both")
-        if key is None:
-            key = new_key() if intent is None else self._key_store.key_for(intent)
+        # A key of this call (new, or the caller's) is first used now; an
+        # intent's may have been used long ago, which a leasing store tells.
+        retention = float(getattr(self._key_store, "retention", DEFAULT_RETENTION))
+        if key is None and intent is not None:
+            if isinstance(self._key_store, LeasingKeyStore):
+                key, retention = self._key_store.lease(intent)
+            else:
+                key = self._key_store.key_for(intent)
         return _Call(
             method,
             path,
             content=content.encode(),
-            key=_check_key(key),
+            key=_check_key(new_key() if key is None else key),
             if_match=if_match,
+            key_retention=retention,
         )
 
     def _create_order_call(
@@ -436,13 +463,23 @@ class _ClientCore:
     ) -> float | None:
         """Seconds until the next poll, ``None`` when the operation is final.
 
-        :raises OperationTimeout: the next poll could not start before the deadline.
+        The ``Retry-After`` of the answer, which the service makes grow with
+        the operation's age (up to 30 s); cut, when it reaches past the
+        deadline, to leave a last poll ``_LAST_POLL_S`` before it.
+
+        :raises OperationTimeout: no poll fits before the deadline any more.
         """
         if operation.get("status") not in _UNFINISHED:
             return None
         delay = parse_retry_after(response.headers.get("Retry-After"))
         delay = max(_DEFAULT_POLL_S if delay is None else delay, _MIN_POLL_S)
-        if self._clock() + delay >= deadline:
+        now = self._clock()
+        if now + delay < deadline:
+            return delay
+        # A Retry-After reaching past the budget is cut, so that a last poll
+        # still fits in it.
+        delay = deadline - _LAST_POLL_S - now
+        if delay < _MIN_POLL_S:
             raise OperationTimeout(operation_id, operation, timeout)
         return delay
 

@@ -12,13 +12,13 @@ The rules it follows, and why:
    ``intent="pay:invoice-7"`` the key comes from the key store (in memory
    unless one is given; created and committed there before the first
    attempt leaves). The store keeps it for the service's retention, 24
-   hours by default, whatever the answer: a process that crashes mid-call,
-   or after the answer and before it recorded the outcome, or that simply
-   runs the same code again, resumes the same action under the same key
-   and gets the first answer replayed (:attr:`CommandResult.replayed`),
-   never a second order or charge. :mod:`order_service_client.keys` says
-   how the retention is counted and what a new decision under an old
-   intent needs.
+   hours by default from the key's first use, whatever the answer: a
+   process that crashes mid-call, or after the answer and before it
+   recorded the outcome, or that simply runs the same code again, resumes
+   the same action under the same key and gets the first answer replayed
+   (:attr:`CommandResult.replayed`), never a second order or charge.
+   :mod:`order_service_client.keys` says how the retention is counted and
+   what a new decision under an old intent needs.
 3. **Retry only what may change, never what may not.** No answer, a 5xx
    that is not a replayed stored outcome, ``409 IdempotencyKeyInProgress``
    and ``429`` are retried; every other answer is final, and a 4xx raises
@@ -30,9 +30,15 @@ The rules it follows, and why:
    makes may be retried: commands carry their key, reads are ``GET``.
 4. **Wait as told, and not forever.** ``Retry-After`` is honoured;
    otherwise capped exponential backoff with full jitter; and no attempt
-   starts after the policy's deadline or beyond ``max_attempts``, so a
-   call ends with an answer or :class:`RetriesExhausted` within a bounded
-   time. Each attempt's timeout is cut to end by the deadline too.
+   starts after the policy's deadline (or beyond ``max_attempts``, if
+   set), so a call ends with an answer or :class:`RetriesExhausted`
+   within a bounded time. The default bound is time, 60 s, twice the
+   goal of a failover of the service's database: a count would be spent
+   by fast failures (a refused connection) before the new primary serves.
+   No retry under a key starts past the service's retention counted from
+   the key's first use (its intent's, or this call's), when the service
+   may have forgotten it and would run the command again. Each attempt's
+   timeout is cut to end by the deadline too.
 5. **Errors are types.** Every problem+json answer becomes the exception
    for its code (:mod:`order_service_client.errors`), carrying ``traceId``
    for the operators.
@@ -374,7 +380,9 @@ class OrderServiceClient(_ClientCore):
         :param operation: the operation's id, the operation, or the ``202``
             answer (a :class:`CommandResult` or its body) naming it.
         :param timeout: seconds to wait at most. Between polls the client
-            waits for the ``Retry-After`` the service sends.
+            waits for the ``Retry-After`` the service sends (it grows with
+            the operation's age, up to 30 s); one that reaches past the
+            timeout is cut so that a last poll comes a second before it.
         :raises OperationTimeout: still processing when no poll could be
             made before ``timeout`` ran out.
         :raises RetriesExhausted: a poll got no answer within the retry

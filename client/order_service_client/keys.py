@@ -29,20 +29,24 @@ outcome, would act again under a new key. So a final answer, success or
 refusal, never makes the store forget; only time does.
 
 - ``retention`` (seconds, :data:`DEFAULT_RETENTION` = 24 h, the service's
-  default) is counted from the intent's **last use**, each call that
-  takes its key. The service counts its own retention from the first of
-  the key's requests that reached it, which is no earlier than the key's
-  first use and, when the first calls got no request through (the service
-  was down, and the intent was resumed later), as late as the last one:
-  counting from the last use keeps the key as long as the service does,
-  short by at most the length of that last call (the retry policy's
-  deadline, a minute by default). Raise ``retention`` with the
+  default) is counted from the intent's **first use**, the call that
+  first took its key: the earliest moment a request under it can have
+  reached the service, whose own retention counts from the first request
+  that did. A key is never sent again once the service may have forgotten
+  it (docs/SPECIFICATION.md §3 rule 13): to the service it would be a new
+  key, and the command would run again with nothing to say so. The client
+  cuts a call's retries short at the same moment (:meth:`MemoryKeyStore.lease`
+  tells it how long its key has left). Raise ``retention`` with the
   service's ``IDEMPOTENCY_KEY_TTL``; a shorter one hands out a new key
   while the service would still have replayed the old one.
-- Entries older than ``retention`` are purged whenever the store is used,
-  so its size is bounded by the intents of one retention period. An
-  expired intent gets a new key: to the service the old one is a new key
-  by then anyway.
+- Entries first used more than ``retention`` ago are purged whenever the
+  store is used, so its size is bounded by the intents of one retention
+  period. An expired intent gets a new key: to the service the old one
+  may be a new key by then anyway. (An intent whose first calls reached
+  nothing and that got through only later is the one case where the
+  service would still have replayed the old key; it was not kept past
+  the earliest moment the service may forget it, which the client cannot
+  tell apart.)
 - An intent names one action for its retention. Its key replays that
   action's answer, refusals included: a command the service refused
   (``422``, ``412`` …) is refused again on every rerun. Under the same
@@ -75,7 +79,14 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from typing import Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_RETENTION", "KeyStore", "MemoryKeyStore", "SQLiteKeyStore", "new_key"]
+__all__ = [
+    "DEFAULT_RETENTION",
+    "KeyStore",
+    "LeasingKeyStore",
+    "MemoryKeyStore",
+    "SQLiteKeyStore",
+    "new_key",
+]
 
 # The service's IDEMPOTENCY_KEY_TTL by default: the time within which a rerun
 # under the same key is replayed rather than executed.
@@ -98,17 +109,28 @@ class KeyStore(Protocol):
     """Maps an intent to its idempotency key, the same one for as long as the service keeps it."""
 
     def key_for(self, intent: str) -> str:
-        """The intent's key: the one it has, or a new one, remembered before it is returned.
+        """The intent's key: the one it has, or a new one, remembered before it is returned."""
+        ...
 
-        Each call is a use of the intent, from which its retention counts.
-        """
+
+@runtime_checkable
+class LeasingKeyStore(KeyStore, Protocol):
+    """A key store that also says how long an intent's key has left (both stores here do).
+
+    The client then never retries under the key past the service's
+    retention counted from the key's first use. With a store that has
+    only ``key_for``, the client counts the retention from the call.
+    """
+
+    def lease(self, intent: str) -> tuple[str, float]:
+        """The intent's key (as :meth:`key_for`) and the seconds left of its retention."""
         ...
 
 
 class MemoryKeyStore:
     """A key store in this process's memory, safe to share between threads.
 
-    :param retention: seconds an intent keeps its key after its last use.
+    :param retention: seconds an intent keeps its key after its first use.
     :param clock: seconds, for the retention; monotonic, since the keys
         live no longer than the process.
     """
@@ -121,19 +143,23 @@ class MemoryKeyStore:
     ) -> None:
         self.retention = _check_retention(retention)
         self._clock = clock
-        # Least recently used first, so the purge stops at the first entry
+        # Intent → (key, first use), oldest first (an entry is added at its
+        # first use and never moved), so the purge stops at the first entry
         # still within its retention.
         self._keys: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def key_for(self, intent: str) -> str:
+        return self.lease(intent)[0]
+
+    def lease(self, intent: str) -> tuple[str, float]:
         with self._lock:
             now = self._clock()
             self._purge(now)
-            key = self._keys[intent][0] if intent in self._keys else new_key()
-            self._keys[intent] = (key, now)
-            self._keys.move_to_end(intent)
-            return key
+            if intent not in self._keys:
+                self._keys[intent] = (new_key(), now)
+            key, first_used = self._keys[intent]
+            return key, first_used + self.retention - now
 
     def forget(self, intent: str) -> None:
         """Drop the intent's key, so that its next use starts a new action. Harmless twice."""
@@ -142,8 +168,8 @@ class MemoryKeyStore:
 
     def _purge(self, now: float) -> None:
         while self._keys:
-            _, used_at = next(iter(self._keys.values()))
-            if now - used_at < self.retention:
+            _, first_used = next(iter(self._keys.values()))
+            if now - first_used < self.retention:
                 return
             self._keys.popitem(last=False)
 
@@ -158,7 +184,7 @@ class SQLiteKeyStore:
     Python, decides which key wins.
 
     :param path: the database file; created with its table when missing.
-    :param retention: seconds an intent keeps its key after its last use.
+    :param retention: seconds an intent keeps its key after its first use.
     :param timeout: seconds to wait for another process's write lock.
     :param clock: Unix time; wall-clock time, because the file outlives
         the process, and other processes read its times.
@@ -185,8 +211,8 @@ class SQLiteKeyStore:
                 "CREATE TABLE IF NOT EXISTS idempotency_keys ("
                 " intent TEXT PRIMARY KEY,"
                 " key TEXT NOT NULL,"
-                # Unix times: the key's first use, for an operator, and its
-                # last, from which the retention counts.
+                # Unix times: the key's first use, from which the retention
+                # counts, and its last, for an operator.
                 " created_at REAL NOT NULL,"
                 " used_at REAL NOT NULL)"
             )
@@ -198,7 +224,8 @@ class SQLiteKeyStore:
                 db.execute("UPDATE idempotency_keys SET used_at = created_at")
             # The purge on every use reads the oldest entries only.
             db.execute(
-                "CREATE INDEX IF NOT EXISTS idempotency_keys_used_at ON idempotency_keys (used_at)"
+                "CREATE INDEX IF NOT EXISTS idempotency_keys_created_at"
+                " ON idempotency_keys (created_at)"
             )
 
     @contextmanager
@@ -220,9 +247,14 @@ class SQLiteKeyStore:
             db.execute("COMMIT")
 
     def key_for(self, intent: str) -> str:
+        return self.lease(intent)[0]
+
+    def lease(self, intent: str) -> tuple[str, float]:
         now = self._clock()
         with self._transaction() as db:
-            db.execute("DELETE FROM idempotency_keys WHERE used_at <= ?", (now - self.retention,))
+            db.execute(
+                "DELETE FROM idempotency_keys WHERE created_at <= ?", (now - self.retention,)
+            )
             # The primary key arbitrates: of two processes inserting at
             # once, one inserts and the other's insert is ignored, and both
             # read the row that won.
@@ -232,16 +264,16 @@ class SQLiteKeyStore:
                 (intent, new_key(), now, now),
             )
             # max(): a process whose clock lags another's never moves the
-            # retention back.
+            # last use back.
             db.execute(
                 "UPDATE idempotency_keys SET used_at = max(used_at, ?) WHERE intent = ?",
                 (now, intent),
             )
             row = db.execute(
-                "SELECT key FROM idempotency_keys WHERE intent = ?", (intent,)
+                "SELECT key, created_at FROM idempotency_keys WHERE intent = ?", (intent,)
             ).fetchone()
         key: str = row[0]
-        return key
+        return key, float(row[1]) + self.retention - now
 
     def forget(self, intent: str) -> None:
         """Drop the intent's key, so that its next use starts a new action. Harmless twice.

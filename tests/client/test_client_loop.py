@@ -15,12 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 from order_service_client import (
+    FAILOVER_GOAL_S,
     AsyncOrderServiceClient,
     AuthenticationFailed,
     CommandResult,
     IdempotencyKeyConflict,
     MemoryKeyStore,
     OperationTimeout,
+    OrderServiceClient,
     RetriesExhausted,
     RetryEvent,
     RetryPolicy,
@@ -362,6 +364,102 @@ def test_a_retry_after_beyond_the_deadline_is_not_slept() -> None:
     assert time.sleeps == []
 
 
+# The default budget: time enough for a failover, never past the key's retention.
+
+
+def down_until(time: FakeTime, until: float, outage: Outcome) -> Outcome:
+    """``outage`` for every request sent before ``until`` on the fake clock, then ``201``."""
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return outage(request) if time.now < until else answer(201, CREATED)(request)
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    "outage",
+    [
+        # The dead primary's address refuses at once: the fastest failure.
+        fail(httpx.ConnectError),
+        # The service answers at once, 503 with Retry-After, as it does
+        # while its database is away (docs/RELIABILITY.md).
+        problem(503, "ServiceUnavailable", headers={"Retry-After": "2"}),
+    ],
+    ids=["refused", "503"],
+)
+def test_the_default_policy_outlasts_a_failover(outage: Outcome) -> None:
+    # The failover's goal: commands are answered again 30 s after the
+    # primary's death (19.3 to 21.5 s measured).
+    time = FakeTime()
+    script = Script(down_until(time, FAILOVER_GOAL_S, outage), time=time)
+
+    result = create(script, key="k-failover")
+
+    assert result.status == 201
+    assert script.keys == ["k-failover"] * len(script.sent)
+    # More than the eight attempts a count-bounded default would have
+    # allowed: they were spent long before the new primary served.
+    assert result.attempts > 8
+    assert script.sent[7].at < FAILOVER_GOAL_S
+
+
+def test_the_default_policy_gives_up_at_its_deadline_however_fast_the_failures() -> None:
+    time = FakeTime()
+    script = Script(fail(httpx.ConnectError), time=time)
+
+    with pytest.raises(RetriesExhausted) as raised:
+        create(script, key="k-down")
+
+    deadline = RetryPolicy().deadline
+    assert deadline >= 2 * FAILOVER_GOAL_S
+    assert all(sent.at < deadline for sent in script.sent)
+    assert raised.value.elapsed < deadline
+    # It kept trying into the deadline's last stretch, not only at its start.
+    assert script.sent[-1].at > deadline - RetryPolicy().max_delay
+
+
+def test_an_intents_retries_stop_at_its_keys_retention_since_its_first_use() -> None:
+    # The service may forget the key `retention` after its first request:
+    # a retry under it after that would run the command again.
+    time = FakeTime()
+    keys = MemoryKeyStore(retention=100.0, clock=time.clock)
+    script = Script(problem(503, "ServiceUnavailable", headers={"Retry-After": "1"}), time=time)
+
+    def run(client: OrderServiceClient) -> None:
+        with pytest.raises(RetriesExhausted):
+            client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, intent="cart")
+
+    with client_for(script, key_store=keys) as client:
+        run(client)
+        first_run = len(script.sent)
+        time.now = 90.0
+        run(client)
+        time.now = 100.0
+        run(client)
+
+    first_key = script.sent[0].key
+    under_first_key = [sent for sent in script.sent if sent.key == first_key]
+    assert script.sent[first_run - 1].at < 60.0
+    assert script.sent[first_run].at == 90.0
+    assert all(sent.at < 100.0 for sent in under_first_key)
+    assert len(under_first_key) > first_run + 5
+    # At 100 s the intent is a new action, under a new key.
+    assert script.sent[-1].key != first_key
+
+
+def test_a_calls_own_key_is_retried_no_longer_than_the_retention() -> None:
+    time = FakeTime()
+    keys = MemoryKeyStore(retention=20.0, clock=time.clock)
+    script = Script(fail(httpx.ConnectError), time=time)
+    client = client_for(script, key_store=keys)
+
+    with client, pytest.raises(RetriesExhausted):
+        client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, key="k-own")
+
+    assert all(sent.at < 20.0 for sent in script.sent)
+    assert script.sent[-1].at > 10.0
+
+
 # Intents: keys that outlive a call, and a crash.
 
 
@@ -534,6 +632,27 @@ def test_wait_gives_up_when_no_poll_fits_before_the_timeout() -> None:
     assert raised.value.operation["status"] == "processing"
     assert all(sent.at < 3.5 for sent in script.sent)
     assert len(script.sent) == 4
+
+
+def test_wait_follows_a_growing_retry_after_and_polls_last_at_the_end_of_its_budget() -> None:
+    # The service asks for longer waits as an operation ages, up to 30 s;
+    # one reaching past the timeout is cut so that a last poll fits in it.
+    time = FakeTime()
+    processing = {"id": "op_1", "status": "processing"}
+    script = Script(
+        answer(200, processing, headers={"Retry-After": "5"}),
+        answer(200, processing, headers={"Retry-After": "12"}),
+        answer(200, processing, headers={"Retry-After": "30"}),
+        answer(200, {"id": "op_1", "status": "succeeded"}),
+        time=time,
+    )
+
+    with client_for(script) as client:
+        operation = client.wait("op_1", timeout=40.0)
+
+    assert operation["status"] == "succeeded"
+    assert time.sleeps == [5.0, 12.0, 22.0]
+    assert [sent.at for sent in script.sent] == [0.0, 5.0, 17.0, 39.0]
 
 
 def test_list_orders_follows_the_next_links() -> None:

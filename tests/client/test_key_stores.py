@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from order_service_client import DEFAULT_RETENTION, KeyStore, MemoryKeyStore, SQLiteKeyStore
+from order_service_client import (
+    DEFAULT_RETENTION,
+    KeyStore,
+    LeasingKeyStore,
+    MemoryKeyStore,
+    SQLiteKeyStore,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_DIR = ROOT / "client"
@@ -194,17 +200,32 @@ def test_an_intent_unused_for_the_retention_gets_a_new_key(
     assert store.key_for("order:cart-81") != key
 
 
-def test_the_retention_counts_from_the_last_use(make_store: Callable[..., Store]) -> None:
-    # An intent resumed late (its first calls reached nothing) starts the
-    # service's retention then, not at the key's first use.
+def test_the_retention_counts_from_the_first_use(make_store: Callable[..., Store]) -> None:
+    # The service counts its retention from the first request under the key
+    # that reached it: at the earliest, the key's first use. A key kept
+    # longer could reach the service after it forgot it, and run the
+    # command again (docs/SPECIFICATION.md §3 rule 13).
     clock = Clock()
     store = make_store(clock=clock)
     key = store.key_for("order:cart-81")
     clock.now += 20 * HOUR
     assert store.key_for("order:cart-81") == key
 
+    clock.now += 4 * HOUR
+
+    assert store.key_for("order:cart-81") != key
+
+
+def test_a_lease_says_how_long_the_key_has_left(make_store: Callable[..., Store]) -> None:
+    clock = Clock()
+    store = make_store(clock=clock)
+    assert isinstance(store, LeasingKeyStore)
+    key, left = store.lease("order:cart-81")
+    assert left == 24 * HOUR
+
     clock.now += 20 * HOUR
 
+    assert store.lease("order:cart-81") == (key, 4 * HOUR)
     assert store.key_for("order:cart-81") == key
 
 
@@ -234,14 +255,16 @@ def test_expired_intents_are_purged_when_the_store_is_used(tmp_path: Path) -> No
     for number in range(100):
         store.key_for(f"order:cart-{number}")
     clock.now += 12 * HOUR
+    # Used again, but first used 24 hours before the purge: purged all the same.
     store.key_for("order:cart-0")
+    store.key_for("order:cart-late")
     clock.now += 12 * HOUR
 
     store.key_for("order:cart-new")
 
     with closing(sqlite3.connect(path)) as db:
         kept = {intent for (intent,) in db.execute("SELECT intent FROM idempotency_keys")}
-    assert kept == {"order:cart-0", "order:cart-new"}
+    assert kept == {"order:cart-late", "order:cart-new"}
 
 
 def test_expired_intents_are_purged_from_memory_too() -> None:
@@ -251,11 +274,12 @@ def test_expired_intents_are_purged_from_memory_too() -> None:
         store.key_for(f"order:cart-{number}")
     clock.now += 12 * HOUR
     store.key_for("order:cart-0")
+    store.key_for("order:cart-late")
     clock.now += 12 * HOUR
 
     store.key_for("order:cart-new")
 
-    assert set(store._keys) == {"order:cart-0", "order:cart-new"}
+    assert set(store._keys) == {"order:cart-late", "order:cart-new"}
 
 
 def test_a_file_written_before_retention_keeps_its_keys(tmp_path: Path) -> None:

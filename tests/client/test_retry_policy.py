@@ -6,12 +6,14 @@ always draws the upper bound, so every bound is checked exactly.
 """
 
 import random
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from order_service_client import RetryPolicy
+from order_service_client import FAILOVER_GOAL_S, RetryPolicy
 from order_service_client.retry import parse_retry_after, transient
 
 
@@ -280,3 +282,23 @@ def test_retry_after_as_an_http_date() -> None:
 
     assert parse_retry_after(later, now=now) == 90.0
     assert parse_retry_after(earlier, now=now) == 0.0
+
+
+def test_the_default_deadline_is_twice_the_documented_failover_goal() -> None:
+    # docs/RELIABILITY.md's row of a primary's machine killed states the
+    # goal its recovery is held to; the client must outlast it.
+    reliability = (Path(__file__).resolve().parents[2] / "docs" / "RELIABILITY.md").read_text()
+    (machine_killed,) = re.findall(
+        r"^PostgreSQL primary's machine killed .*\(goal (\d+) s\)$", reliability, re.MULTILINE
+    )
+
+    assert float(machine_killed) == FAILOVER_GOAL_S
+    assert RetryPolicy().deadline == 2 * FAILOVER_GOAL_S
+    assert RetryPolicy().max_attempts is None
+
+
+def test_with_no_count_only_the_deadline_ends_the_retries() -> None:
+    policy = RetryPolicy(deadline=60.0)
+
+    assert delay(policy, 10**6, status=None) is not None
+    assert delay(policy, 1, status=None, elapsed=60.0) is None
