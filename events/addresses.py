@@ -213,8 +213,10 @@ def resolve(url: str, *, tenant: Hashable | None = None) -> Target:
                 "interface of the sending machine."
             )
         if not settings.WEBHOOK_ALLOW_PRIVATE_URLS and not is_public(address):
+            through = [str(ip) for ip in reached(address) if ip != address]
+            reaching = f" (which reaches {' and '.join(through)})" if through else ""
             raise Refused(
-                f"The host resolves to {address}, which is not a public address: "
+                f"The host resolves to {address}{reaching}, which is not a public address: "
                 "the service calls only addresses on the internet."
             )
     return Target(url=url, address=str(found[0]), host=host, port=port)
