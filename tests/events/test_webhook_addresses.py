@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from pytest_django import Settings
 
 from events import addresses
@@ -254,6 +255,9 @@ def test_one_tenants_slow_names_leave_another_tenant_its_lookups(
 
 @pytest.mark.django_db
 def test_a_retry_after_a_slow_name_resolves_it_afresh(api: Api, slow_dns: SlowDns) -> None:
+    labels = {"command": "POST /v1/webhook-endpoints", "outcome": "unavailable"}
+    unavailable = REGISTRY.get_sample_value("idempotency_outcomes_total", labels) or 0.0
+
     first = subscribe(api, "https://slow.example/hooks", key="K")
     slow_dns.released.set()
     _join_lookups()
@@ -261,6 +265,7 @@ def test_a_retry_after_a_slow_name_resolves_it_afresh(api: Api, slow_dns: SlowDn
     retried = subscribe(api, "https://slow.example/hooks", key="K")
 
     _assert_unavailable(first)
+    assert REGISTRY.get_sample_value("idempotency_outcomes_total", labels) == unavailable + 1
     assert retried.status_code == 201
     assert not retried.has_header("Idempotent-Replayed")
     assert body_of(retried)["url"] == "https://slow.example/hooks"
