@@ -526,7 +526,12 @@ def problem_responses(
     responses = {}
     for status, group in sorted(by_status.items()):
         first = group[0].body
-        description = "\n".join(f"- `{r.code}`: {r.when}" for r in group)
+        # One bullet per code, which a code given for several reasons
+        # (a command's own 503 beside the database's) lists in turn.
+        whens: dict[str, list[str]] = {}
+        for refusal in group:
+            whens.setdefault(refusal.code, []).append(refusal.when)
+        description = "\n".join(f"- `{code}`: {' Or: '.join(w)}" for code, w in whens.items())
         scope = operation_id if any(r in own for r in group) else ""
         responses[(status, PROBLEM_CONTENT_TYPE)] = OpenApiResponse(
             _problem(status, group, scope),

@@ -1,6 +1,8 @@
 """What the events and webhook endpoints refuse."""
 
-from api.errors import ApplicationError, NotFound
+from typing import Any
+
+from api.errors import ApplicationError, NotFound, ServiceUnavailable
 
 
 class NoSuchEvent(NotFound):
@@ -31,3 +33,21 @@ class TooManyWebhookEndpoints(ApplicationError):
     code = "TooManyWebhookEndpoints"
     title = "Too many webhook endpoints"
     default_message = "The tenant has the most enabled webhook endpoints it may: disable one first."
+
+
+class WebhookHostUnresolved(ServiceUnavailable):
+    """The URL's host did not resolve in time, or too many lookups are running.
+
+    Our side's failure (events.addresses.Unresolved), not the client's: a
+    ``503`` with ``Retry-After``, stored nowhere, so the retry under the same
+    key resolves the name again (docs/SPECIFICATION.md §4).
+    """
+
+    default_message = (
+        "The URL's host could not be resolved just now, so the endpoint was not created. "
+        "Retry it after the number of seconds in Retry-After."
+    )
+
+    def __init__(self, message: str | None = None, *, retry_after: int, **kwargs: Any) -> None:
+        kwargs.setdefault("headers", {"Retry-After": str(retry_after)})
+        super().__init__(message, **kwargs)

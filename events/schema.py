@@ -28,7 +28,8 @@ from api.openapi import (
     validation_error,
 )
 from events import registry
-from events.errors import TooManyWebhookEndpoints
+from events.addresses import LOOKUPS_PER_TENANT, RESOLVE_RETRY_AFTER_SECONDS, RESOLVE_TIMEOUT
+from events.errors import TooManyWebhookEndpoints, WebhookHostUnresolved
 from events.serializers import (
     CreatedWebhookEndpointOutput,
     CreateWebhookEndpointInput,
@@ -118,10 +119,17 @@ _create_webhook_endpoint = command_schema(
         "Every event of the types named is then `POST`ed to the URL (see the callback "
         "`event`). The answer carries the endpoint's `secret`, which no read shows "
         "again: replays of this command answer it too, for the key's retention.\n\n"
-        "`400 ValidationError` names `url` when the URL is not `http` or `https`, or its "
-        "host is or resolves to a loopback, private, link-local or multicast address "
-        "(unless the deployment sets `WEBHOOK_ALLOW_PRIVATE_URLS`): the name is resolved "
-        "again at every delivery, and a delivery to such an address is not made."
+        "`400 ValidationError` names `url` when the URL is not `http` or `https`, names a "
+        "zone id (`[fe80::1%25eth0]`), its host does not exist, or it is or resolves to a "
+        "loopback, private, link-local or multicast address (unless the deployment sets "
+        "`WEBHOOK_ALLOW_PRIVATE_URLS`). An IPv6 address that carries an IPv4 one (mapped, "
+        "compatible, translated, NAT64 `64:ff9b::/96`, 6to4, Teredo) is judged as that "
+        "IPv4 address; NAT64's local-use `64:ff9b:1::/48` is refused. The name is resolved "
+        "again at every delivery, and a delivery to such an address is not made.\n\n"
+        f"A host that does not resolve within {RESOLVE_TIMEOUT:g} s is the service's "
+        f"failure: `503 ServiceUnavailable` with `Retry-After` "
+        f"({RESOLVE_RETRY_AFTER_SECONDS}), nothing stored; so is a tenant's creation while "
+        f"{LOOKUPS_PER_TENANT} of its host names are still being resolved."
     ),
     tag="webhooks",
     request=CreateWebhookEndpointInput,
@@ -140,6 +148,18 @@ _create_webhook_endpoint = command_schema(
     ],
     location=(201, "the new endpoint"),
     examples=[OpenApiExample("Every event", value=_ENDPOINT_BODY, request_only=True)],
+    unavailable=[
+        Refusal(
+            WebhookHostUnresolved(
+                f"The host did not resolve within {RESOLVE_TIMEOUT:g} s. Retry after the "
+                "number of seconds in Retry-After.",
+                retry_after=RESOLVE_RETRY_AFTER_SECONDS,
+            ),
+            f"the URL's host did not resolve within {RESOLVE_TIMEOUT:g} s, or "
+            f"{LOOKUPS_PER_TENANT} of the tenant's host names are still being resolved. "
+            f"Retry after `Retry-After` seconds ({RESOLVE_RETRY_AFTER_SECONDS}).",
+        )
+    ],
 )
 
 

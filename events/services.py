@@ -27,6 +27,7 @@ from events.errors import (
     InvalidWebhookEndpoint,
     NoSuchWebhookEndpoint,
     TooManyWebhookEndpoints,
+    WebhookHostUnresolved,
 )
 from events.models import Delivery, Event, WebhookEndpoint, transaction_id
 from operations.services import start_operations
@@ -92,11 +93,19 @@ def create_endpoint(*, tenant: Tenant, new_endpoint: NewEndpoint) -> WebhookEndp
 
     :raises InvalidWebhookEndpoint: the URL is not one the service calls
         (events.addresses).
+    :raises WebhookHostUnresolved: its host did not resolve in time, or the
+        tenant's lookups still running are at their bound: not stored, a
+        retry resolves it again.
     :raises TooManyWebhookEndpoints: the tenant has
         ``WEBHOOK_ENDPOINTS_PER_TENANT`` enabled endpoints already.
     """
     try:
-        addresses.resolve(new_endpoint.url)
+        addresses.resolve(new_endpoint.url, tenant=tenant.pk)
+    except addresses.Unresolved as unresolved:
+        raise WebhookHostUnresolved(
+            f"{unresolved} Retry after the number of seconds in Retry-After.",
+            retry_after=unresolved.retry_after,
+        ) from None
     except addresses.Refused as refused:
         raise InvalidWebhookEndpoint(details={"url": [str(refused)]}) from None
     limit = settings.WEBHOOK_ENDPOINTS_PER_TENANT

@@ -20,7 +20,7 @@ is answered and stored nowhere. Then, for key K and fingerprint F:
 
 A command failing in its own code is a final answer: its transaction rolls
 back, and a second one claims K and stores the error response. One under
-which the database failed stores nothing: a retry executes it once.
+which the database failed, or that answers 503, stores nothing: a retry executes it once.
 idempotency/statements.py says how each step reaches the database.
 """
 
@@ -44,7 +44,7 @@ from rest_framework.views import APIView
 
 from accounts.authentication import principal_of
 from accounts.models import Principal
-from api.errors import ApplicationError, database_unavailable, render_exception
+from api.errors import ApplicationError, ServiceUnavailable, database_unavailable, render_exception
 from idempotency import errors, policy, quota, statements
 from idempotency.fingerprint import Fingerprint, fingerprint_request, mismatched_pointers
 from idempotency.headers import HEADER, key_digest, parse_idempotency_key
@@ -108,7 +108,7 @@ def idempotent_command(
             try:
                 response, outcome = run_command(_read_command(request), execute, on_replay)
             except ApplicationError as exc:
-                outcome = _OUTCOME_OF_REFUSAL.get(type(exc), outcome)
+                outcome = _OUTCOME_OF_REFUSAL.get(exc.code, outcome)
                 raise
             except Exception as exc:
                 if database_unavailable(exc):
@@ -138,11 +138,12 @@ Outcome = StrEnum(
     " REFUSED UNAVAILABLE",
 )
 _OUTCOME_OF_REFUSAL = {
-    errors.IdempotencyKeyRequired: Outcome.MISSING_KEY,
-    errors.IdempotencyKeyInvalid: Outcome.INVALID_KEY,
-    errors.IdempotencyKeyConflict: Outcome.CONFLICT,
-    errors.IdempotencyKeyInProgress: Outcome.IN_PROGRESS,
-    errors.KeyQuotaExceeded: Outcome.QUOTA_EXCEEDED,
+    ServiceUnavailable.code: Outcome.UNAVAILABLE,
+    errors.IdempotencyKeyRequired.code: Outcome.MISSING_KEY,
+    errors.IdempotencyKeyInvalid.code: Outcome.INVALID_KEY,
+    errors.IdempotencyKeyConflict.code: Outcome.CONFLICT,
+    errors.IdempotencyKeyInProgress.code: Outcome.IN_PROGRESS,
+    errors.KeyQuotaExceeded.code: Outcome.QUOTA_EXCEEDED,
 }
 
 
@@ -246,8 +247,8 @@ def _execute(execute: Callable[[], HttpResponse]) -> statements.Row:
         answer = _answer_of(execute())
         if (too_large := _too_large(answer)) is not None:
             raise too_large
-    except (OperationalError, InterfaceError):
-        raise  # the database failed under it: nothing is stored
+    except (OperationalError, InterfaceError, ServiceUnavailable):
+        raise  # our side failed under it, not for good: nothing is stored (rule 5)
     except Exception as exc:
         raise _CommandFailed() from exc
     return answer

@@ -231,6 +231,10 @@ def _not_stored(refusal: Refusal, why: str) -> Refusal:
 
 
 _BEFORE_THE_COMMAND = "answered before the command started; nothing executed."
+_RETRIED_AFRESH = (
+    "nothing of the command committed, the key included; a retry with the same key "
+    "executes it afresh."
+)
 
 # The answers every command may give that are not the command's own: given
 # before it starts (the request is refused before its key is claimed), or
@@ -317,13 +321,16 @@ def command_schema(
     path_parameters: Sequence[OpenApiParameter] = (),
     if_match: str | None = None,
     examples: Sequence[OpenApiExample] = (),
+    unavailable: Sequence[Refusal] = (),
 ) -> Decorator:
     """``extend_schema`` for a command: the key header and every answer it can give.
 
     ``responses`` are its successes; ``invalid`` its ``400 ValidationError``
     example; ``refusals`` its domain errors and ``404``; ``location`` the
     status answered with a ``Location`` and what that names; ``examples``
-    request bodies. The successes, ``invalid``, ``refusals``, the ``412`` of
+    request bodies; ``unavailable`` its own ``503 ServiceUnavailable``
+    answers (our side failing for now), never stored. The successes,
+    ``invalid``, ``refusals``, the ``412`` of
     ``if_match`` and the failure of the command's own code are the command's
     answers, stored and replayed under the key (:data:`STORED_ANSWERS`); the
     answers every command shares are given before or around it, and not.
@@ -339,6 +346,7 @@ def command_schema(
     refusal_list = [
         _stored(invalid),
         *_ANSWERED_AROUND_THE_COMMAND,
+        *(_not_stored(refusal, _RETRIED_AFRESH) for refusal in unavailable),
         *own,
         *(_stored(refusal) for refusal in also),
     ]

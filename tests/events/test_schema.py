@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from events import registry
+from events import addresses, registry
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +55,18 @@ def test_the_secret_is_in_the_creation_answer_alone(schema: dict[str, Any]) -> N
 
     assert "secret" in components["CreatedWebhookEndpointOutput"]["properties"]
     assert "secret" not in components["WebhookEndpointOutput"]["properties"]
+
+
+def test_a_host_that_does_not_resolve_in_time_is_documented_as_a_503_not_stored(
+    schema: dict[str, Any],
+) -> None:
+    command = schema["paths"]["/v1/webhook-endpoints"]["post"]
+    unavailable = command["responses"]["503"]["description"]
+
+    assert (
+        f"host did not resolve within {addresses.RESOLVE_TIMEOUT:g} s, or "
+        f"{addresses.LOOKUPS_PER_TENANT} of the tenant's host names" in unavailable
+    )
+    assert f"seconds ({addresses.RESOLVE_RETRY_AFTER_SECONDS})" in unavailable
+    assert unavailable.count("Not stored:") == 2
+    assert "64:ff9b::/96" in command["description"]
