@@ -57,9 +57,9 @@ lookups still running may hold is bounded twice: ``LOOKUPS_PER_TENANT``
 (4) per tenant, beyond which that tenant is answered ``Unresolved``
 without a lookup being started, and ``LOOKUPS_PER_PROCESS`` (64) in all,
 which bounds the threads whatever the number of tenants. Deliveries name
-no tenant (events/delivery.py): their lookups count only against the
-process's bound, and a worker runs one attempt per slot, so they hold at
-most ``concurrency * 20 s / RESOLVE_TIMEOUT`` threads (7 per slot).
+their tenant too (events/delivery.py): one tenant's slow names at delivery
+cannot use up the lookups of the delivery worker that another tenant's
+endpoints need.
 ``getaddrinfo`` is kept, rather than a resolver library with its own
 timeout (dnspython, c-ares), because it is what resolves the name for
 everything else on the machine: /etc/hosts, nsswitch and the container's

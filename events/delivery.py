@@ -227,7 +227,7 @@ def _post(delivery: Delivery) -> tuple[int | None, str]:
     network's own account goes to the log.
     """
     try:
-        target = addresses.resolve(delivery.endpoint.url)
+        target = addresses.resolve(delivery.endpoint.url, tenant=delivery.endpoint.tenant_id)
     except addresses.Refused as refused:
         return None, f"Not delivered: {refused}"
     body = body_of(delivery.event)
