@@ -105,7 +105,8 @@ run: install
 	 || exit 1; \
 	 set -m; \
 	 $(BIN)/celery -A config worker -Q celery --beat --pool=solo --loglevel=INFO & worker=$$!; \
-	 $(BIN)/celery -A config worker -Q webhooks -n deliveries@%h --pool=solo --loglevel=INFO \
+	 WORKER_METRICS_PORT=9541 \
+	   $(BIN)/celery -A config worker -Q webhooks -n deliveries@%h --pool=solo --loglevel=INFO \
 	   & deliveries=$$!; \
 	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
 	   $(BIN)/gunicorn -c config/gunicorn.py config.wsgi:application & web=$$!; \
