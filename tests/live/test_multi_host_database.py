@@ -64,23 +64,11 @@ def test_every_process_works_on_the_primary_and_follows_a_switchover(
         token = manage("create_api_client", "multi", "host", env=env).splitlines()[-1]
         with serve(env, celery=True) as service, beat(env, tmp_path) as scheduler:
             first = paid_order(service, token, key="before", send=post_with_retries)
-            wait_for(
-                lambda: keys(url),
-                lambda n: n == 0,
-                30,
-                interval=0.05,
-                what="the purge through beat",
-            )
+            wait_until_purged(url, what="the purge through beat")
 
             cluster.switchover(to=standby)
             second = paid_order(service, token, key="after", send=post_with_retries)
-            wait_for(
-                lambda: keys(url),
-                lambda n: n == 0,
-                30,
-                interval=0.05,
-                what="the purge after the switchover",
-            )
+            wait_until_purged(url, what="the purge after the switchover")
             assert scheduler.poll() is None
 
         ledger = [json.loads(line) for line in manage("provider_ledger", env=env).splitlines()]
@@ -134,6 +122,11 @@ def keys(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as db:
         row = db.execute("SELECT count(*) FROM idempotency_idempotencykey").fetchone()
     return 0 if row is None else int(row[0])
+
+
+def wait_until_purged(url: str, *, what: str) -> None:
+    """Until beat's purge has deleted every idempotency key of the database at ``url``."""
+    wait_for(lambda: keys(url), lambda n: n == 0, 30, interval=0.05, what=what)
 
 
 def served_by(url: str) -> int:
