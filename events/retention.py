@@ -6,18 +6,25 @@ and their deliveries, are deleted in batches, each its own short
 transaction, oldest first. An event with a delivery still pending is kept
 until the delivery ends: a delivery's attempts span hours, never a month,
 unless a deployment sets them so.
+
+A disabled webhook endpoint is kept as long as an event it was sent, and
+then forgotten: once it has been disabled for ``EVENT_RETENTION`` and no
+delivery of it is left, it is deleted (its id is then ``404``). Kept for
+ever, disabled endpoints were the one thing a client could grow without
+bound: the per-tenant limit counts the enabled ones, and creating and
+deleting an endpoint in a loop left a row each time.
 """
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from events.models import Delivery, Event
+from events.models import Delivery, Event, WebhookEndpoint
 
 PURGE_BATCH = 1000
 
@@ -31,6 +38,8 @@ class Purged:
     deleted: int
     batches: int
     seconds: float
+    # Disabled endpoints forgotten (the module's docstring).
+    endpoints: int = 0
 
 
 def purge(*, batch_size: int = PURGE_BATCH) -> Purged:
@@ -49,4 +58,22 @@ def purge(*, batch_size: int = PURGE_BATCH) -> Purged:
             Event.objects.filter(seq__in=batch).delete()
         deleted += len(batch)
         batches += 1
-    return Purged(deleted=deleted, batches=batches, seconds=time.monotonic() - started)
+    endpoints = _forget_disabled_endpoints(cutoff, batch_size)
+    return Purged(
+        deleted=deleted,
+        batches=batches,
+        seconds=time.monotonic() - started,
+        endpoints=endpoints,
+    )
+
+
+def _forget_disabled_endpoints(cutoff: datetime, batch_size: int) -> int:
+    """Delete the endpoints disabled before ``cutoff`` that no delivery names; how many."""
+    forgotten = WebhookEndpoint.objects.filter(
+        status=WebhookEndpoint.Status.DISABLED, updated_at__lt=cutoff
+    ).exclude(Exists(Delivery.objects.filter(endpoint=OuterRef("pk"))))
+    deleted = 0
+    while batch := list(forgotten.order_by("updated_at").values_list("pk", flat=True)[:batch_size]):
+        count, _ = forgotten.filter(pk__in=batch).delete()
+        deleted += count
+    return deleted

@@ -236,7 +236,9 @@ disable_webhook_endpoint = command_schema(
     summary="Disable a webhook endpoint",
     description=(
         "Nothing more is delivered to it: its pending deliveries end `failed`. Disabling a "
-        "disabled endpoint answers `200` with it."
+        "disabled endpoint answers `200` with it. A disabled endpoint is kept as long as "
+        "events are (`EVENT_RETENTION`, 30 days) and its deliveries, then forgotten: its "
+        "id is then `404`."
     ),
     tag="webhooks",
     request=None,

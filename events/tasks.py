@@ -14,6 +14,7 @@ def purge_expired_events() -> int:
         "events_purged",
         deleted=result.deleted,
         batches=result.batches,
+        endpoints_forgotten=result.endpoints,
         seconds=round(result.seconds, 3),
     )
     return result.deleted

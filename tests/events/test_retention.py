@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from events.models import Delivery, Event
+from events.models import Delivery, Event, WebhookEndpoint
 from events.retention import purge
 from tests.support.http import Api, body_of
 
@@ -75,3 +75,32 @@ def test_the_command_says_what_it_purged(api: Api, order_body: dict[str, Any]) -
 
     assert out.getvalue().startswith("Purged 1 events older than 30 days")
     assert not Event.objects.exists()
+
+
+def test_an_endpoint_disabled_past_the_retention_is_forgotten_once_no_delivery_names_it(
+    api: Api, order_body: dict[str, Any]
+) -> None:
+    def subscribe(key: str) -> str:
+        created = api.post(
+            "/v1/webhook-endpoints",
+            {"url": "https://192.0.32.10/hooks", "eventTypes": ["*"]},
+            key=key,
+        )
+        endpoint_id: str = body_of(created)["id"]
+        return endpoint_id
+
+    long_ago, recently, with_delivery = subscribe("a"), subscribe("b"), subscribe("c")
+    api.post("/v1/orders", order_body, key="order")
+    Delivery.objects.exclude(endpoint=with_delivery).delete()
+    Delivery.objects.update(status=Delivery.Status.SUCCEEDED)
+    for endpoint_id in (long_ago, recently, with_delivery):
+        api.delete(f"/v1/webhook-endpoints/{endpoint_id}", key=f"delete-{endpoint_id}")
+    WebhookEndpoint.objects.exclude(pk=recently).update(
+        updated_at=timezone.now() - timedelta(days=31)
+    )
+
+    result = purge()
+
+    assert result.endpoints == 1
+    assert set(WebhookEndpoint.objects.values_list("pk", flat=True)) == {recently, with_delivery}
+    assert api.get(f"/v1/webhook-endpoints/{long_ago}").status_code == 404
