@@ -2,13 +2,14 @@
 
 Read from the database at scrape time, by the web nodes:
 
-- ``operations{kind, status="processing"}``: operations still processing,
-  by kind. Only those: the ended ones pile up for ``OPERATION_RETENTION``
-  (30 days, millions of rows), and counting them made every scrape read
-  them all. This count reads the processing ones alone, through their
-  partial index, so a scrape costs the same at 10^3 and 10^6 ended
+- ``operations{kind, status}``: the operations the table holds, by kind
+  and status. The ended ones pile up for ``OPERATION_RETENTION`` (30 days,
+  millions of rows), and counting them made every scrape read them all:
+  the processing ones are counted through their partial index, and the
+  ended ones are a count kept as they end and as they are purged
+  (operations.ended), so a scrape costs the same at 10^3 and 10^6 ended
   operations (tests/operations/test_operator_cost.py,
-  ``python -m tests.bench.operations``). How many end, and how, is
+  ``python -m tests.bench.operations``). How many end per second is
   ``operations_ended_total{kind, status}`` below;
 - ``operations_oldest_processing_age_seconds{kind}``: how long the oldest
   operation of each kind still processing has waited, 0 when none is. An
@@ -33,16 +34,17 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from operations import registry
+from operations.ended import ended_counts
 from operations.models import Operation
 from operations.registry import INTERNAL_ERROR
 from operations.selectors import age, oldest_processing, processing_counts
 
 
 class OperationsCollector(Collector):
-    """Processing operations by kind, and the age of the oldest of each kind.
+    """Operations by kind and status, and the age of the oldest processing one of each kind.
 
     Workers run in other processes; the table is where their work shows.
-    Every registered kind is reported, zeros included, so the series exist
+    Every registered kind and every status is reported, zeros included, so the series exist
     before the first operation of a kind, and the labels are the registered
     kinds alone.
     """
@@ -54,12 +56,15 @@ class OperationsCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "operations",
-            "Operations still processing, by kind (ended ones: operations_ended_total).",
+            "Operations by kind and status, as the table holds them.",
             labels=["kind", "status"],
         )
-        counts = processing_counts()
+        processing = processing_counts()
+        ended = ended_counts()
         for kind in registry.kinds():
-            family.add_metric([kind, Operation.Status.PROCESSING], counts.get(kind, 0))
+            family.add_metric([kind, Operation.Status.PROCESSING], processing.get(kind, 0))
+            for status in (Operation.Status.SUCCEEDED, Operation.Status.FAILED):
+                family.add_metric([kind, status], ended.get((kind, status), 0))
         yield family
         yield self._oldest_processing()
 

@@ -108,3 +108,29 @@ class Operation(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status != self.Status.PROCESSING
+
+
+class EndedCount(models.Model):
+    """How many ended operations of a kind and status the table holds: ``operations``'s gauge.
+
+    Counting them at each scrape read every row kept for
+    ``OPERATION_RETENTION`` (millions); this is kept instead, in the
+    transaction that ends an operation (+1) and in the one that purges it
+    (-n), so the gauge reads a few rows whatever the table holds
+    (operations.ended). Ends are spread over ``shard`` rows so that workers
+    ending operations at once do not queue on one row's lock; the gauge
+    adds the shards up, and a purge takes its count off shard 0.
+    """
+
+    kind = models.CharField(max_length=32)
+    status = models.CharField(max_length=16)
+    shard = models.PositiveSmallIntegerField()
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "status", "shard"], name="ended_count_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.status} #{self.shard}: {self.count}"

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from operations import ended
 from operations.models import Operation
 
 # Rows per batch, and per transaction: a batch takes milliseconds, and the
@@ -51,6 +52,11 @@ PURGE_BATCH = 1000
 MAX_BATCHES = 1000
 
 ENDED = (Operation.Status.SUCCEEDED, Operation.Status.FAILED)
+_DELETE = """
+    DELETE FROM operations_operation
+    WHERE id = ANY(%s) AND status = ANY(%s) AND updated_at < %s
+    RETURNING kind, status
+"""
 
 
 def retention() -> timedelta:
@@ -78,16 +84,21 @@ def purge(*, batch_size: int = PURGE_BATCH, max_batches: int = MAX_BATCHES) -> P
     if batch_size < 1 or max_batches < 1:
         raise ValueError("batch_size and max_batches must be at least 1")
     started = time.monotonic()
-    expired = Operation.objects.filter(
-        status__in=ENDED, updated_at__lt=timezone.now() - retention()
-    )
+    cutoff = timezone.now() - retention()
+    expired = Operation.objects.filter(status__in=ENDED, updated_at__lt=cutoff)
     deleted = batches = 0
     while batches < max_batches:
         with transaction.atomic():
             batch = list(expired.order_by("updated_at").values_list("pk", flat=True)[:batch_size])
             # Filtered again: only a row ended before the cutoff goes,
-            # whatever happened between choosing it and deleting it.
-            count, _ = expired.filter(pk__in=batch).delete() if batch else (0, {})
+            # whatever happened between choosing it and deleting it. What
+            # was deleted, here and not by a purge beside this one, comes
+            # off the gauge's count in the same transaction.
+            with connection.cursor() as cursor:
+                cursor.execute(_DELETE, [batch, list(ENDED), cutoff])
+                gone = cursor.fetchall()
+            ended.count_purged(gone)
+        count = len(gone)
         deleted += count
         batches += 1
         if len(batch) < batch_size:

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from observability.tracing import continued, current_trace_id, message_headers
+from operations import ended as ended_count
 from operations import metrics, registry
 from operations.errors import Postponed
 from operations.models import Operation
@@ -459,15 +460,18 @@ def finish_operation(
     row, so a late or repeated attempt cannot rewrite a finished operation.
     """
     status = Operation.Status.SUCCEEDED if succeeded else Operation.Status.FAILED
-    ended = bool(
-        Operation.objects.filter(pk=operation.pk, status=Operation.Status.PROCESSING).update(
-            status=status,
-            error_code=error_code,
-            error_message=error_message[:500],
-            claimed_until=None,
-            updated_at=timezone.now(),
+    with transaction.atomic():
+        ended = bool(
+            Operation.objects.filter(pk=operation.pk, status=Operation.Status.PROCESSING).update(
+                status=status,
+                error_code=error_code,
+                error_message=error_message[:500],
+                claimed_until=None,
+                updated_at=timezone.now(),
+            )
         )
-    )
+        if ended:
+            ended_count.count_end(operation.pk, operation.kind, status)
     if ended:
         transaction.on_commit(partial(metrics.count_ended, operation, status, error_code))
     return ended

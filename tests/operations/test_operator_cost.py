@@ -12,6 +12,7 @@ operations' count beside 5,000 ended ones.
 import io
 import json
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,9 +20,12 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from accounts.models import Tenant
 from operations.models import Operation
+from operations.retention import purge
+from operations.services import finish_operation
 
 pytestmark = pytest.mark.django_db
 
@@ -103,17 +107,33 @@ def test_a_scrape_reads_the_processing_operations_alone(tenant: Tenant, client: 
     assert most <= 3, f"a statement of the scrape read {most} rows"
 
 
-def test_the_operations_gauge_reports_processing_operations_only(
-    tenant: Tenant, client: Client
+def test_the_operations_gauge_counts_ended_operations_as_they_end_and_are_purged(
+    tenant: Tenant, client: Client, settings: Any
 ) -> None:
     add_processing(tenant)
-    add_ended(tenant, 10)
+    for n, succeeded in enumerate([True, True, False]):
+        operation = Operation.objects.create(
+            tenant=tenant, kind="payment.charge", result_id=f"pay_ends{n}"
+        )
+        assert finish_operation(operation, succeeded=succeeded)
+        assert not finish_operation(operation, succeeded=succeeded)  # counted once
 
-    text = client.get("/metrics").content.decode()
+    def gauge() -> set[str]:
+        text = client.get("/metrics").content.decode()
+        family = text.split("# HELP operations ")[1].split("# HELP")[0]
+        return {line for line in family.splitlines() if 'kind="payment.charge"' in line}
 
-    assert 'operations{kind="payment.charge",status="processing"} 2.0' in text
-    assert 'operations{kind="order.refund",status="processing"} 1.0' in text
-    assert 'status="succeeded"' not in text.split("# HELP operations ")[1].split("# HELP")[0]
+    assert gauge() == {
+        'operations{kind="payment.charge",status="processing"} 2.0',
+        'operations{kind="payment.charge",status="succeeded"} 2.0',
+        'operations{kind="payment.charge",status="failed"} 1.0',
+    }
+    Operation.objects.exclude(status=Operation.Status.PROCESSING).filter(
+        status=Operation.Status.SUCCEEDED
+    ).update(updated_at=timezone.now() - timedelta(seconds=settings.OPERATION_RETENTION + 60))
+    assert purge().deleted == 2
+    assert 'operations{kind="payment.charge",status="succeeded"} 0.0' in gauge()
+    assert 'operations{kind="payment.charge",status="failed"} 1.0' in gauge()
 
 
 def test_the_operators_command_reads_the_processing_and_the_last_hours_alone(
