@@ -29,3 +29,11 @@ class Postponed(Exception):
 
 class NoSuchOperation(NotFound):
     """An operation id in the path names no operation of the caller's tenant."""
+
+
+class NotSettled(Exception):
+    """``operations settle`` could not end the operation; the message says why, for the operator."""
+
+
+class StillUnanswered(NotSettled):
+    """The one who can tell how the operation ended (the provider) still cannot say."""

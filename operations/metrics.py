@@ -14,7 +14,15 @@ Read from the database at scrape time, by the web nodes:
 - ``operations_oldest_processing_age_seconds{kind}``: how long the oldest
   operation of each kind still processing has waited, 0 when none is. An
   operator alerts on it: it rises when no worker consumes, when the
-  provider keeps refusing, or when a backlog grows.
+  provider keeps refusing, or when a backlog grows;
+- ``operations_unsettled{kind}`` and
+  ``operations_unsettled_oldest_age_seconds{kind}``: operations that have
+  used all their attempts and are still processing, because what would end
+  them (the provider's look-up of a charge or refund whose outcome is
+  unknown) does not answer; and how long since the oldest was started. They
+  wait without end (docs/decisions/0010) until the provider answers or an
+  operator settles them (``manage.py operations settle``): an operator
+  alerts on the age (``OperationsUnsettled``, after an hour).
 
 Counted by the workers as operations end, at a worker's own metrics
 (observability/worker_metrics.py):
@@ -37,7 +45,7 @@ from operations import registry
 from operations.ended import ended_counts
 from operations.models import Operation
 from operations.registry import INTERNAL_ERROR
-from operations.selectors import age, oldest_processing, processing_counts
+from operations.selectors import age, oldest_processing, processing_counts, unsettled_by_kind
 
 
 class OperationsCollector(Collector):
@@ -67,6 +75,7 @@ class OperationsCollector(Collector):
                 family.add_metric([kind, status], ended.get((kind, status), 0))
         yield family
         yield self._oldest_processing()
+        yield from self._unsettled()
 
     @staticmethod
     def _oldest_processing() -> GaugeMetricFamily:
@@ -80,6 +89,31 @@ class OperationsCollector(Collector):
         for kind, oldest in oldest_processing().items():
             family.add_metric([kind], 0.0 if oldest is None else age(oldest, now))
         return family
+
+    @staticmethod
+    def _unsettled() -> Iterator[GaugeMetricFamily]:
+        count = GaugeMetricFamily(
+            "operations_unsettled",
+            "Operations out of attempts and still processing: what would end them (the"
+            " provider's look-up) does not answer.",
+            labels=["kind"],
+        )
+        oldest = GaugeMetricFamily(
+            "operations_unsettled_oldest_age_seconds",
+            "Seconds since the oldest operation of each kind out of attempts and still"
+            " processing was started (0: none is).",
+            labels=["kind"],
+        )
+        now = timezone.now()
+        waiting = unsettled_by_kind()
+        for kind in registry.kinds():
+            found = waiting.get(kind)
+            count.add_metric([kind], 0 if found is None else found.count)
+            oldest.add_metric(
+                [kind], 0.0 if found is None else max(0.0, (now - found.oldest).total_seconds())
+            )
+        yield count
+        yield oldest
 
 
 OPERATIONS_ENDED = Counter(

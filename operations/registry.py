@@ -49,6 +49,25 @@ Handler = Callable[[Operation], None]
 GiveUp = Callable[[Operation, Failure], None]
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """How an operation ended, as an operator learned it elsewhere (``operations settle``).
+
+    For when the only one who can tell, the provider, cannot answer: the
+    operator asked its support, or read its dashboard.
+    """
+
+    # The work was done (charged, refunded), or it was not.
+    succeeded: bool
+    # The provider's id for the work done (a charge's), if the operator has it.
+    reference: str = ""
+
+
+# Ends an operation as a Verdict says (``failure`` is why its last attempt
+# failed), for a kind whose give_up asks someone who may stay silent.
+Settle = Callable[[Operation, Failure, Verdict], None]
+
+
 def default_queue() -> str:
     """The broker queue of every kind that names none: Celery's default queue."""
     return str(settings.CELERY_TASK_DEFAULT_QUEUE)
@@ -105,6 +124,9 @@ class OperationKind:
     # (operations.services.fail_operation). A kind whose attempts may have
     # had an effect elsewhere (a charge) asks there first.
     give_up: GiveUp | None = None
+    # None: only give_up ends it, and an operator cannot tell it how it
+    # ended. A kind whose give_up may stay unanswered has one.
+    settle: Settle | None = None
     # The broker queue its messages go to. A kind whose attempts may be slow
     # for reasons a client controls (a webhook receiver) has a queue of its
     # own, consumed by workers of its own, so that it never takes the slots
@@ -122,6 +144,7 @@ def register(
     result_path: Callable[[str], str],
     retry: RetryPolicy | None = None,
     give_up: GiveUp | None = None,
+    settle: Settle | None = None,
     queue: Callable[[], str] = default_queue,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of operations of kind ``name``."""
@@ -135,6 +158,7 @@ def register(
             result_path=result_path,
             retry=retry or RetryPolicy(),
             give_up=give_up,
+            settle=settle,
             queue=queue,
         )
         return handler

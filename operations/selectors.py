@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Min, Q, Sum
 
 from accounts.models import Tenant
 from operations import registry
@@ -94,6 +94,44 @@ def most_attempted(limit: int) -> list[Operation]:
             "-attempts", "created_at"
         )[:limit]
     )
+
+
+def _out_of_attempts() -> Q:
+    """Processing operations that have used their kind's whole attempt budget.
+
+    Their last attempt failed and their kind could not end them: the
+    answer that would (the provider's look-up) does not come. They wait for
+    it, asked again every minute, or for an operator (``operations settle``).
+    """
+    budgets = Q(pk__in=[])  # no kind registered: none
+    for kind in registry.registrations():
+        budgets |= Q(kind=kind.name, attempts__gte=kind.retry.budget())
+    return Q(status=Operation.Status.PROCESSING) & budgets
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """The operations of one kind out of attempts and still processing."""
+
+    count: int
+    # When the oldest of them was started.
+    oldest: datetime
+
+
+def unsettled_by_kind() -> dict[str, Unsettled]:
+    """Operations out of attempts and still processing, by kind: one query on the partial index."""
+    rows = (
+        Operation.objects.filter(_out_of_attempts())
+        .values("kind")
+        .annotate(n=Count("*"), oldest=Min("created_at"))
+        .order_by()
+    )
+    return {row["kind"]: Unsettled(row["n"], row["oldest"]) for row in rows}
+
+
+def unsettled(limit: int) -> list[Operation]:
+    """Up to ``limit`` operations out of attempts and still processing; the oldest first."""
+    return list(Operation.objects.filter(_out_of_attempts()).order_by("created_at")[:limit])
 
 
 def age(operation: Operation, now: datetime) -> float:

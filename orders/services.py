@@ -292,7 +292,28 @@ def settle_charge(operation: Operation, failure: Failure) -> None:
     :raises ProviderUnavailable: the provider could not say; it is asked again later.
     """
     payment = Payment.objects.get(pk=operation.result_id)
-    held = get_gateway().look_up(provider_key=payment.provider_key)
+    _end_charge(
+        operation, payment, get_gateway().look_up(provider_key=payment.provider_key), failure
+    )
+
+
+def settle_charge_as(operation: Operation, failure: Failure, verdict: registry.Verdict) -> None:
+    """End a charge as an operator learned it ended, from the provider but not by its look-up.
+
+    ``operations settle --outcome``: succeeded is a charge the provider
+    holds (``verdict.reference`` its id), failed is none, exactly as if the
+    look-up had answered so.
+    """
+    payment = Payment.objects.get(pk=operation.result_id)
+    held = (
+        ProviderResult(charge_id=verdict.reference, succeeded=True) if verdict.succeeded else None
+    )
+    _end_charge(operation, payment, held, failure)
+
+
+def _end_charge(
+    operation: Operation, payment: Payment, held: ProviderResult | None, failure: Failure
+) -> None:
     if held is not None:
         _record_charge(operation, payment, held)
         return
@@ -311,7 +332,11 @@ def settle_charge(operation: Operation, failure: Failure) -> None:
 
 
 @registry.register(
-    CHARGE_PAYMENT, result_path=payment_path, retry=_PROVIDER_RETRY, give_up=settle_charge
+    CHARGE_PAYMENT,
+    result_path=payment_path,
+    retry=_PROVIDER_RETRY,
+    give_up=settle_charge,
+    settle=settle_charge_as,
 )
 def charge_payment(operation: Operation) -> None:
     """Charge the operation's payment and record the outcome.
@@ -383,7 +408,23 @@ def settle_refund(operation: Operation, failure: Failure) -> None:
     :raises ProviderUnavailable: the provider could not say; it is asked again later.
     """
     payment = _paid(operation)
-    held = get_gateway().look_up(provider_key=_refund_key(operation))
+    _end_refund(
+        operation, payment, get_gateway().look_up(provider_key=_refund_key(operation)), failure
+    )
+
+
+def settle_refund_as(operation: Operation, failure: Failure, verdict: registry.Verdict) -> None:
+    """End a refund as an operator learned it ended (as :func:`settle_charge_as` a charge)."""
+    payment = _paid(operation)
+    held = (
+        ProviderResult(charge_id=verdict.reference, succeeded=True) if verdict.succeeded else None
+    )
+    _end_refund(operation, payment, held, failure)
+
+
+def _end_refund(
+    operation: Operation, payment: Payment, held: ProviderResult | None, failure: Failure
+) -> None:
     if held is not None:
         _record_refund(operation, payment, held)
         return
@@ -400,7 +441,11 @@ def settle_refund(operation: Operation, failure: Failure) -> None:
 
 
 @registry.register(
-    REFUND_ORDER, result_path=order_path, retry=_PROVIDER_RETRY, give_up=settle_refund
+    REFUND_ORDER,
+    result_path=order_path,
+    retry=_PROVIDER_RETRY,
+    give_up=settle_refund,
+    settle=settle_refund_as,
 )
 def refund_order(operation: Operation) -> None:
     """Refund the order's payment, then mark it refunded and the order cancelled.

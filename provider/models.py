@@ -48,3 +48,19 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider_key}: {self.count}"
+
+
+class Outage(models.Model):
+    """While one is recorded, nobody can reach the simulated provider: every call times out.
+
+    Charges, refunds and look-ups alike, as when a provider's network is
+    down: nothing is charged, and nothing can be asked about a charge made
+    before. It is what leaves an operation out of attempts and unsettled
+    (``manage.py operations settle``); ``manage.py provider_outage`` starts
+    and ends it, for every process at once.
+    """
+
+    started_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"outage since {self.started_at:%Y-%m-%d %H:%M:%S}"

@@ -14,6 +14,10 @@ any other):
   (:meth:`SimulatedProvider.look_up`, another service at a real
   provider) still answers, and finds nothing.
 
+``manage.py provider_outage start`` makes the whole provider unreachable
+(:class:`provider.models.Outage`): every call, look-ups too, times out
+until ``provider_outage end``.
+
 It deduplicates by provider key and keeps its own ledger
 (``manage.py provider_ledger``) in transactions of its own, as a remote
 provider would, in a database of its own when ``PROVIDER_DATABASE_URL``
@@ -31,7 +35,7 @@ from django.db import IntegrityError, transaction
 
 from api.ids import new_id
 from provider.gateway import ProviderResult, ProviderUnavailable
-from provider.models import Attempt, LedgerEntry
+from provider.models import Attempt, LedgerEntry, Outage
 from provider.routers import provider_database
 
 OK = "pm_card_ok"
@@ -111,6 +115,8 @@ class SimulatedProvider:
         if transaction.get_connection().in_atomic_block:
             raise RuntimeError("Call the payment provider outside any database transaction.")
         time.sleep(settings.PAYMENT_PROVIDER_LATENCY)
+        if Outage.objects.exists():
+            raise ProviderUnavailable("timed out")
 
     @classmethod
     def _count_attempt(cls, provider_key: str) -> int:

@@ -259,6 +259,17 @@ class Deployment:
         _wait_for_line(log, " ready.", worker)
         return worker
 
+    def manage(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``manage.py`` as an operator runs it on a node of this deployment; its exit unchecked."""
+        return subprocess.run(
+            [str(BIN / "python"), "manage.py", *args],
+            cwd=ROOT,
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
     def wait_for_worker_line(
         self, worker: subprocess.Popen[bytes], text: str, *, within_s: float = 30
     ) -> None:

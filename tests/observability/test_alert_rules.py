@@ -164,6 +164,7 @@ def test_the_rules_read_these_metrics_of_the_service() -> None:
         "idempotency_purge_lag_seconds",
         "operations_attempts_exhausted_total",
         "operations_oldest_processing_age_seconds",
+        "operations_unsettled_oldest_age_seconds",
         "provider_calls_total",
         "service_ready",
         "webhook_deliveries_total",
