@@ -74,7 +74,10 @@ def register_series(initialise: Callable[[], None]) -> None:
 
 
 def serve(port: int, directory: str) -> None:
-    """Serve the worker's metrics on ``port`` (all interfaces), in a thread of this process."""
+    """Serve the worker's metrics on ``port`` (all interfaces), in a thread of this process.
+
+    :raises SystemExit: the port cannot be bound; the worker does not start.
+    """
     for initialise in _series:
         initialise()
     registry = CollectorRegistry()
@@ -82,10 +85,17 @@ def serve(port: int, directory: str) -> None:
     try:
         start_http_server(port, registry=registry)
     except OSError as exc:
-        # The worker still does its work; the scrape's absence pages
-        # (OrderServiceWorkerScrapeMissing) and this line says why.
-        logger.error("worker metrics not served on port %d: %s", port, exc)
-        return
+        # Most often another worker on the host has the port: a scrape of
+        # it then returns that worker's counts, and this one's work would
+        # go uncounted with nothing to show it. A worker nobody can see
+        # does not start; its exit is seen at once.
+        logger.error(
+            "worker metrics cannot be served on port %d (%s): give each worker on a"
+            " host a WORKER_METRICS_PORT of its own (0: none)",
+            port,
+            exc,
+        )
+        raise SystemExit(f"WORKER_METRICS_PORT {port}: {exc}") from None
     logger.info("worker metrics on port %d", port)
 
 
