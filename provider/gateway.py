@@ -5,6 +5,14 @@ the built-in simulator (:mod:`provider.simulator`) does so for development and
 tests. Every call carries a provider idempotency key: the provider makes at
 most one charge or refund per key and answers repeats with the original
 result, which is what makes retrying a call whose answer was lost safe.
+
+Every call must be bounded in all, from connecting to the last byte of the
+answer, however slowly the provider sends it: a gateway over HTTP gives
+each call one deadline (as events.outbound does for webhook attempts) and
+raises :class:`ProviderUnavailable` when it passes. A call without one can
+hold a worker's slot for as long as the provider trickles, and the worker's
+lease renewals keep the operation from being taken over meanwhile. The
+simulator is in-process: each call takes ``PAYMENT_PROVIDER_LATENCY``.
 """
 
 from collections.abc import Mapping
