@@ -48,7 +48,8 @@ def test_the_ledger_is_kept_in_the_providers_own_database(server: PostgresCluste
         ledger = [json.loads(line) for line in manage("provider_ledger", env=env).splitlines()]
 
     service_tables, provider_tables = tables(server.url("orders")), tables(server.url("provider"))
-    assert provider_tables == {"django_migrations", "provider_attempt", "provider_ledgerentry"}
+    simulators = {"provider_attempt", "provider_ledgerentry", "provider_outage"}
+    assert provider_tables == {"django_migrations", *simulators}
     assert {"orders_order", "orders_payment", "operations_operation"} <= service_tables
-    assert not {"provider_attempt", "provider_ledgerentry"} & service_tables
+    assert not simulators & service_tables
     assert [(e["kind"], e["paymentId"]) for e in ledger] == [("charge", payment_id)]
