@@ -11,6 +11,7 @@ reach, in their usual time, and its deliveries wait at most for one attempt.
 import statistics
 import time
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -120,3 +121,57 @@ def seconds_to_deliver(client: RetryingClient, receiver: Receiver) -> float:
     receiver.wait_for(arrived + 1, timeout=60)
     assert order["id"].encode() in receiver.received[arrived].body
     return time.monotonic() - started
+
+
+# More slow receivers than the delivery worker has slots: one attempt at each
+# would hold them all, and another tenant's delivery would wait for
+# SLOW_RECEIVERS / DELIVERY_SLOTS attempts in turn. The tenant's bound holds
+# it to TENANT_BOUND slots, and the rest stay free for everyone else.
+SLOW_RECEIVERS = 6
+TENANT_BOUND = 2
+DELIVERY_SLOTS = 3
+
+
+def test_more_slow_receivers_than_slots_delay_another_tenant_s_deliveries_one_attempt_at_most(
+    deployment: Deployment, token: str
+) -> None:
+    deployment.env = {
+        **deployment.env,
+        **WEBHOOKS,
+        "WEBHOOK_TENANT_CONCURRENCY": str(TENANT_BOUND),
+    }
+    deployment.start_web()
+    deployment.start_worker(
+        queue=settings.WEBHOOK_QUEUE, pool="threads", concurrency=DELIVERY_SLOTS
+    )
+    base_url = deployment.service.base_url
+    victim = RetryingClient(base_url, token, Figures("tenant isolation"))
+    attacker = RetryingClient(
+        base_url,
+        create_api_client(tenant_slug="attacker", name="slow").token,
+        Figures("the attacker"),
+    )
+
+    with ExitStack() as stack, receiving() as fast:
+        slow = [stack.enter_context(hostile("trickle")) for _ in range(SLOW_RECEIVERS)]
+        for receiver in slow:
+            subscribe(attacker, receiver.url)
+        attacker.place_order()
+        # Each slow receiver has been tried: the attack is in full swing.
+        wait_until(
+            lambda: all(receiver.connections for receiver in slow),
+            60,
+            what="an attempt at every slow receiver",
+        )
+        subscribe(victim, fast.url)
+        delivery_waits = [seconds_to_deliver(victim, fast) for _ in range(3)]
+        slow_attempts = sum(receiver.connections for receiver in slow)
+
+    REPORT.append(
+        f"{SLOW_RECEIVERS} slow receivers of one tenant, {DELIVERY_SLOTS} delivery slots, "
+        f"bound {TENANT_BOUND} a tenant: another tenant's deliveries waited "
+        f"{max(delivery_waits):.1f} s at most (one attempt: {WEBHOOK_TIMEOUT_S:g} s); "
+        f"{slow_attempts} slow attempts"
+    )
+    assert max(delivery_waits) <= WEBHOOK_TIMEOUT_S + DELIVERY_SLACK_S, delivery_waits
+    assert slow_attempts >= SLOW_RECEIVERS
