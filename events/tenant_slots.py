@@ -95,25 +95,27 @@ def _take_skip_locked(tenant_id: int, operation_id: str, until: datetime, now: d
 
 
 def _add(*, tenant_id: int, operation_id: str, until: datetime) -> bool:
-    """Make the tenant's lowest missing slot, held; False if it has them all (or lost the race)."""
+    """Make one of the tenant's missing slots, held; False if it has them all.
+
+    The tenant's first attempts may all come at once: each tries the
+    missing numbers in turn, and the database gives each number to one.
+    """
     numbers = set(
         DeliverySlot.objects.filter(tenant_id=tenant_id, number__lt=bound()).values_list(
             "number", flat=True
         )
     )
-    missing = next((n for n in range(bound()) if n not in numbers), None)
-    if missing is None:
-        return False
-    try:
-        # A savepoint: the loser of the race may be inside a transaction.
-        with transaction.atomic():
-            DeliverySlot.objects.create(
-                tenant_id=tenant_id, number=missing, busy_until=until, busy_by=operation_id
-            )
-    except IntegrityError:
-        # Another attempt made it first, and holds it.
-        return False
-    return True
+    for missing in (n for n in range(bound()) if n not in numbers):
+        try:
+            # A savepoint: the loser of the race may be inside a transaction.
+            with transaction.atomic():
+                DeliverySlot.objects.create(
+                    tenant_id=tenant_id, number=missing, busy_until=until, busy_by=operation_id
+                )
+        except IntegrityError:
+            continue  # another attempt made it first, and holds it
+        return True
+    return False
 
 
 def release(*, tenant_id: int, operation_id: str, until: datetime | None = None) -> bool:
