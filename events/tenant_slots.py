@@ -82,15 +82,17 @@ WHERE id = (
 
 
 def _take_skip_locked(tenant_id: int, operation_id: str, until: datetime, now: datetime) -> int:
-    params = {
-        "until": until,
-        "operation": operation_id,
-        "tenant": tenant_id,
-        "bound": bound(),
-        "now": now,
-    }
     with connection.cursor() as cursor:
-        cursor.execute(_TAKE, params)
+        cursor.execute(
+            _TAKE,
+            {
+                "until": until,
+                "operation": operation_id,
+                "tenant": tenant_id,
+                "bound": bound(),
+                "now": now,
+            },
+        )
         return int(cursor.rowcount)
 
 
