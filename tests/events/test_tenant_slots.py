@@ -20,6 +20,7 @@ from pytest_django import Settings
 from accounts.models import Tenant
 from accounts.services import create_api_client
 from events import tenant_slots
+from events.delivery import _send_next as send_next
 from events.delivery import give_up
 from events.models import Delivery, DeliverySlot
 from operations.models import Operation
@@ -226,3 +227,43 @@ def test_giving_up_lets_the_slot_go_and_sends_the_held_delivery_on(
     assert tenant_slots.has_room(acme)
     assert Operation.objects.get(pk=held.pk).published_at is not None
     assert Delivery.objects.get(pk=dying.result_id).status == "failed"
+
+
+def test_a_freed_slot_goes_to_the_delivery_held_longest_and_the_endpoint_s_next_queues_behind(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+    with receiving() as busy, receiving() as other:
+        subscribe(api, busy.url, key="busy")
+        subscribe(api, other.url, key="other")
+        place(api, key="O")
+    # Every delivery waits without a message: one of the other endpoint's
+    # held back by the bound, and the busy endpoint's for the endpoint.
+    Operation.objects.update(published_at=None, claimed_until=None)
+    waiting_for_endpoint, held = Delivery.objects.order_by("endpoint__url")
+    if waiting_for_endpoint.endpoint.url != busy.url:
+        waiting_for_endpoint, held = held, waiting_for_endpoint
+    Delivery.objects.filter(pk=held.pk).update(held_at=timezone.now())
+
+    send_next(waiting_for_endpoint.endpoint_id, waiting_for_endpoint.tenant_id)
+
+    published = Operation.objects.filter(published_at__isnull=False)
+    assert [o.result_id for o in published] == [held.pk]
+    # The endpoint's own is held back behind it, not sent to lose the race.
+    assert Delivery.objects.get(pk=waiting_for_endpoint.pk).held_at is not None
+
+
+def test_with_nothing_held_the_endpoint_s_next_is_sent_on(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+    with receiving() as receiver:
+        subscribe(api, receiver.url, key="S")
+        place(api, key="O")
+    Operation.objects.update(published_at=None, claimed_until=None)
+    waiting = Delivery.objects.get()
+
+    send_next(waiting.endpoint_id, waiting.tenant_id)
+
+    assert Operation.objects.get().published_at is not None
+    assert Delivery.objects.get().held_at is None
