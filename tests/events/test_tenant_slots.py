@@ -14,6 +14,7 @@ import pytest
 from celery.signals import task_postrun
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django import Settings
 
@@ -21,10 +22,11 @@ from accounts.models import Tenant
 from accounts.services import create_api_client
 from events import tenant_slots
 from events.delivery import _send_next as send_next
-from events.delivery import give_up
+from events.delivery import deliver, give_up
 from events.models import Delivery, DeliverySlot
 from operations.models import Operation
 from operations.registry import Failure
+from operations.services import claim_operation
 from tests.support.concurrency import run_concurrently
 from tests.support.http import Api
 from tests.support.receiver import hostile, receiving
@@ -267,3 +269,32 @@ def test_with_nothing_held_the_endpoint_s_next_is_sent_on(
 
     assert Operation.objects.get().published_at is not None
     assert Delivery.objects.get().held_at is None
+
+
+def test_an_attempt_costs_two_statements_on_the_slots_and_one_look_for_held_deliveries(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+    with receiving() as receiver:
+        subscribe(api, receiver.url, key="S")
+        place(api, key="first")
+        # The tenant's first attempt makes its slot; the one measured finds it.
+        deliver(claim(Operation.objects.get(kind="webhook.deliver")))
+        place(api, key="second")
+        measured = claim(Operation.objects.get(kind="webhook.deliver", status="processing"))
+
+        with CaptureQueriesContext(connection) as captured:
+            deliver(measured)
+
+    statements = [q["sql"] for q in captured.captured_queries]
+    on_slots = [sql for sql in statements if "events_deliveryslot" in sql]
+    held_looks = [sql for sql in statements if '"events_delivery"."held_at" IS NOT NULL' in sql]
+    assert [sql.split()[0] for sql in on_slots] == ["UPDATE", "UPDATE"]
+    assert len(held_looks) == 1
+    assert Operation.objects.get(pk=measured.pk).status == "succeeded"
+
+
+def claim(operation: Operation) -> Operation:
+    claimed = claim_operation(operation.pk)
+    assert claimed is not None
+    return claimed
