@@ -218,6 +218,11 @@ def _take_slot(delivery: Delivery, operation: Operation, hold: datetime) -> None
     )
     if delivery.held_at is None:
         Delivery.objects.filter(pk=delivery.pk).update(held_at=timezone.now())
+    # The same wait as for an endpoint: every end of one of the tenant's
+    # attempts (give_up's included, and the retry of one whose worker died)
+    # sends a held delivery on, so the wait is only for a send that was lost.
+    # A shorter one would poll every held delivery, a backlog's work
+    # multiplied, while the tenant's receivers stay slow.
     raise Postponed(_WAIT_FOR_RELEASE, unless=lambda: tenant_slots.has_room(delivery.tenant_id))
 
 
