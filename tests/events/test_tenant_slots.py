@@ -6,8 +6,10 @@ delivering to real receivers: an attempt over the bound waits, uncounted,
 and another tenant's delivery does not wait for it.
 """
 
+import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -298,3 +300,44 @@ def claim(operation: Operation) -> Operation:
     claimed = claim_operation(operation.pk)
     assert claimed is not None
     return claimed
+
+
+# --- The deliveries worker's slots ---------------------------------------------
+
+
+def worker_with(pool: str, concurrency: int, queues: tuple[str, ...]) -> SimpleNamespace:
+    """What config.celery's start-up check reads of a worker."""
+    consumed = SimpleNamespace(consume_from=dict.fromkeys(queues))
+    return SimpleNamespace(
+        pool_cls=pool,
+        concurrency=concurrency,
+        app=SimpleNamespace(amqp=SimpleNamespace(queues=consumed)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("pool", "concurrency", "queues", "warned"),
+    [
+        ("solo", 8, ("webhooks",), True),
+        ("threads", 4, ("webhooks",), True),
+        ("threads", 5, ("webhooks",), False),
+        ("prefork", 2, ("celery", "webhooks"), True),
+        ("prefork", 2, ("celery",), False),
+    ],
+)
+def test_a_deliveries_worker_with_no_more_slots_than_the_bound_says_so_as_it_starts(
+    caplog: pytest.LogCaptureFixture,
+    settings: Settings,
+    pool: str,
+    concurrency: int,
+    queues: tuple[str, ...],
+    warned: bool,
+) -> None:
+    from config.celery import _warn_of_too_few_delivery_slots
+
+    settings.WEBHOOK_TENANT_CONCURRENCY = 4
+    with caplog.at_level(logging.WARNING, logger="config.celery"):
+        _warn_of_too_few_delivery_slots("worker@host", worker_with(pool, concurrency, queues))
+
+    said = [r for r in caplog.records if "WEBHOOK_TENANT_CONCURRENCY" in str(r.msg)]
+    assert bool(said) == warned
