@@ -89,6 +89,11 @@ install-dev: $(VENV)/.dev
 ## The port is tried first, as gunicorn binds it (SO_REUSEADDR): taken, run
 ## stops there, before it migrates or revokes the last token, rather than
 ## when gunicorn gives up on it.
+## The deliveries worker runs DELIVERY_SLOTS attempts at once, in threads (an
+## attempt waits on a receiver, not on a CPU): more than a tenant's
+## WEBHOOK_TENANT_CONCURRENCY (4), so that one tenant's slow receivers leave
+## slots for the others (docs/DEPLOYING.md, "Workers").
+DELIVERY_SLOTS ?= 8
 run: SHELL := /bin/bash
 run: install
 	@$(PY) -c 'import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' \
@@ -106,7 +111,8 @@ run: install
 	 set -m; \
 	 $(BIN)/celery -A config worker -Q celery --beat --pool=solo --loglevel=INFO & worker=$$!; \
 	 WORKER_METRICS_PORT=9541 \
-	   $(BIN)/celery -A config worker -Q webhooks -n deliveries@%h --pool=solo --loglevel=INFO \
+	   $(BIN)/celery -A config worker -Q webhooks -n deliveries@%h \
+	     --pool=threads --concurrency=$(DELIVERY_SLOTS) --loglevel=INFO \
 	   & deliveries=$$!; \
 	 WEB_CONCURRENCY=$${WEB_CONCURRENCY:-2} BIND=127.0.0.1:$(PORT) \
 	   $(BIN)/gunicorn -c config/gunicorn.py config.wsgi:application & web=$$!; \

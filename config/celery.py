@@ -195,3 +195,34 @@ def _warn_of_shared_slots(sender: str, instance: Any, **kwargs: Any) -> None:
             "(-Q celery, -Q webhooks: docs/DEPLOYING.md, Workers)",
             queues=consumed,
         )
+
+
+# A tenant has at most WEBHOOK_TENANT_CONCURRENCY delivery attempts in flight
+# (events.tenant_slots): a deliveries worker with no more slots than that can
+# be filled by one tenant's slow receivers, and another tenant's delivery
+# waits for them. The worker says so as it starts.
+
+
+def _slots(instance: Any) -> int:
+    """How many tasks the worker runs at once: one for the solo pool, else its concurrency."""
+    pool = instance.pool_cls
+    name = pool if isinstance(pool, str) else pool.__module__
+    return 1 if "solo" in name else int(instance.concurrency)
+
+
+@signals.celeryd_after_setup.connect
+def _warn_of_too_few_delivery_slots(sender: str, instance: Any, **kwargs: Any) -> None:
+    from django.conf import settings
+
+    if settings.WEBHOOK_QUEUE not in instance.app.amqp.queues.consume_from:
+        return
+    slots, bound = _slots(instance), settings.WEBHOOK_TENANT_CONCURRENCY
+    if slots <= bound:
+        structlog.get_logger(__name__).warning(
+            "this worker delivers webhooks with no more slots than one tenant may fill "
+            "(WEBHOOK_TENANT_CONCURRENCY), so one tenant's slow receivers can delay "
+            "everyone's deliveries; give it more (--pool=threads --concurrency=N: "
+            "docs/DEPLOYING.md, Workers)",
+            slots=slots,
+            tenant_concurrency=bound,
+        )

@@ -279,6 +279,19 @@ WEBHOOK_ALLOW_PRIVATE_URLS = env.bool("WEBHOOK_ALLOW_PRIVATE_URLS", default=Fals
 # The most enabled endpoints one tenant may have: every event costs a
 # delivery per endpoint, so this bounds the work a tenant's command causes.
 WEBHOOK_ENDPOINTS_PER_TENANT = env.int("WEBHOOK_ENDPOINTS_PER_TENANT", default=16)
+# The most delivery attempts of one tenant in flight at once, across all
+# workers (events.tenant_slots); an attempt over it waits, uncounted, for
+# one of the tenant's to end. Without it a tenant's slow receivers, one
+# attempt each, could hold every delivery slot. Four: some 80 deliveries a
+# second for a tenant whose receivers answer in 50 ms, and a deliveries
+# worker of 8 slots keeps 4 for everyone else. The deliveries workers must
+# have more slots than this (docs/DEPLOYING.md, "Workers").
+WEBHOOK_TENANT_CONCURRENCY = env.int("WEBHOOK_TENANT_CONCURRENCY", default=4)
+if WEBHOOK_TENANT_CONCURRENCY < 1:
+    raise ImproperlyConfigured(
+        f"WEBHOOK_TENANT_CONCURRENCY ({WEBHOOK_TENANT_CONCURRENCY}) must be at least 1:"
+        " with none, no tenant's events would ever be delivered."
+    )
 
 # --- Celery ---------------------------------------------------------------
 

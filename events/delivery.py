@@ -24,6 +24,16 @@ answer holds one worker at most, and the others deliver to every other
 endpoint meanwhile; the price is that one endpoint takes one delivery at a
 time (an endpoint that answers in 50 ms takes some 15 a second).
 
+**A few at a time per tenant.** Holding its endpoint, an attempt then
+takes one of its tenant's ``WEBHOOK_TENANT_CONCURRENCY`` slots
+(events.tenant_slots). None free, it lets the endpoint go and is held
+back (``Delivery.held_at``): postponed, uncounted, like a wait for the
+endpoint. As each of the tenant's attempts ends it sends on the tenant's
+oldest held delivery, and the delivery waiting for its endpoint, if any,
+joins the held ones behind it, so that the tenant's endpoints take turns.
+A tenant with more slow receivers than the deliveries workers have slots
+holds the bound, never all the slots.
+
 **Bounded in all, and apart.** An attempt takes at most ``WEBHOOK_TIMEOUT``
 from connecting to the answer's status, however slowly a receiver sends it
 (events.outbound), and attempts run on workers of their own
@@ -40,7 +50,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from events import addresses, metrics, outbound
+from events import addresses, metrics, outbound, tenant_slots
 from events.links import deliveries_path
 from events.models import Delivery, WebhookEndpoint
 from events.rendering import body_of
@@ -105,7 +115,10 @@ def give_up(operation: Operation, failure: Failure) -> None:
     """
     with transaction.atomic():
         Delivery.objects.filter(pk=operation.result_id, status=Delivery.Status.PENDING).update(
-            status=Delivery.Status.FAILED, next_attempt_at=None, updated_at=timezone.now()
+            status=Delivery.Status.FAILED,
+            next_attempt_at=None,
+            held_at=None,
+            updated_at=timezone.now(),
         )
         fail_operation(operation, failure)
     metrics.count_delivery("failed")
@@ -114,9 +127,11 @@ def give_up(operation: Operation, failure: Failure) -> None:
         .values_list("endpoint_id", flat=True)
         .first()
     )
-    if endpoint_id is not None and WebhookEndpoint.objects.filter(
+    released_slot = tenant_slots.release(tenant_id=operation.tenant_id, operation_id=operation.pk)
+    released_endpoint = endpoint_id is not None and WebhookEndpoint.objects.filter(
         pk=endpoint_id, busy_by=operation.pk
-    ).update(busy_until=None, busy_by=""):
+    ).update(busy_until=None, busy_by="")
+    if endpoint_id is not None and (released_slot or released_endpoint):
         _send_next(endpoint_id, operation.tenant_id)
 
 
@@ -137,7 +152,8 @@ def deliver(operation: Operation) -> None:
     """Post the event to the endpoint, and record the outcome.
 
     :raises Undelivered: no 2xx; the operation retries after its backoff.
-    :raises Postponed: another attempt holds the endpoint.
+    :raises Postponed: another attempt holds the endpoint, or the tenant
+        has ``WEBHOOK_TENANT_CONCURRENCY`` attempts under way.
     """
     delivery = Delivery.objects.select_related("event", "endpoint").get(pk=operation.result_id)
     if delivery.status != Delivery.Status.PENDING:
@@ -152,10 +168,11 @@ def deliver(operation: Operation) -> None:
         return
     endpoint = delivery.endpoint
     hold = _take(endpoint, operation)
+    _take_slot(delivery, operation, hold)
     try:
         status_code, error = _post(delivery)
     finally:
-        _release(endpoint, hold)
+        _release(endpoint, hold, operation)
     _record(operation, delivery, status_code, error)
 
 
@@ -184,24 +201,97 @@ def _is_free(endpoint_id: str) -> bool:
     return WebhookEndpoint.objects.filter(pk=endpoint_id, busy_until__isnull=True).exists()
 
 
-def _release(endpoint: WebhookEndpoint, hold: datetime) -> None:
-    """Let the endpoint go, and send the delivery that has waited longest for it."""
-    # Only our own hold: if it lapsed and another attempt took the endpoint,
-    # that one keeps it.
+def _take_slot(delivery: Delivery, operation: Operation, hold: datetime) -> None:
+    """Take one of the tenant's slots for the attempt, which holds the endpoint until ``hold``.
+
+    :raises Postponed: the tenant has ``WEBHOOK_TENANT_CONCURRENCY``
+        attempts under way; the endpoint is let go, and the delivery is
+        held back until one of them ends.
+    """
+    if tenant_slots.take(tenant_id=delivery.tenant_id, operation_id=operation.pk, until=hold):
+        if delivery.held_at is not None:
+            Delivery.objects.filter(pk=delivery.pk).update(held_at=None)
+        return
+    # The endpoint's next delivery is not sent on: it would be held back too.
+    WebhookEndpoint.objects.filter(pk=delivery.endpoint_id, busy_until=hold).update(
+        busy_until=None, busy_by=""
+    )
+    if delivery.held_at is None:
+        Delivery.objects.filter(pk=delivery.pk).update(held_at=timezone.now())
+    # The same wait as for an endpoint: every end of one of the tenant's
+    # attempts (give_up's included, and the retry of one whose worker died)
+    # sends a held delivery on, so the wait is only for a send that was lost.
+    # A shorter one would poll every held delivery, a backlog's work
+    # multiplied, while the tenant's receivers stay slow.
+    raise Postponed(_WAIT_FOR_RELEASE, unless=lambda: tenant_slots.has_room(delivery.tenant_id))
+
+
+def _release(endpoint: WebhookEndpoint, hold: datetime, operation: Operation) -> None:
+    """Let the endpoint and the tenant's slot go, and send the next delivery on."""
+    # Only our own holds: if one lapsed and another attempt took it, that
+    # one keeps it.
     WebhookEndpoint.objects.filter(pk=endpoint.pk, busy_until=hold).update(
         busy_until=None, busy_by=""
     )
+    tenant_slots.release(tenant_id=endpoint.tenant_id, operation_id=operation.pk, until=hold)
     _send_next(endpoint.pk, endpoint.tenant_id)
 
 
 def _send_next(endpoint_id: str, tenant_id: int) -> None:
-    """Publish the postponed delivery of the endpoint that has waited longest, if any."""
+    """Publish the tenant's oldest held delivery, or else the endpoint's oldest waiting one.
+
+    A slot of the tenant and the endpoint have come free. Held deliveries
+    go first, in the order they were held back; the endpoint's waiting
+    delivery, if any, is then held back behind them, so that an endpoint
+    with a backlog does not keep the slot from the tenant's other endpoints.
+    """
+    held = _oldest_held(tenant_id)
+    waiting = _waiting_for(endpoint_id, tenant_id)
+    if held is None:
+        if waiting is not None:
+            publish_waiting(waiting)
+        return
+    if waiting is not None:
+        Delivery.objects.filter(
+            pk=Operation.objects.filter(pk=waiting).values("result_id")[:1], held_at__isnull=True
+        ).update(held_at=timezone.now())
+    publish_waiting(held)
+
+
+def _oldest_held(tenant_id: int) -> str | None:
+    """The operation of the tenant's delivery held back longest whose endpoint is free."""
+    now = timezone.now()
+    delivery_id = (
+        Delivery.objects.filter(
+            tenant=tenant_id, status=Delivery.Status.PENDING, held_at__isnull=False
+        )
+        .filter(Q(endpoint__busy_until__isnull=True) | Q(endpoint__busy_until__lt=now))
+        .order_by("held_at")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if delivery_id is None:
+        return None
+    return (
+        Operation.objects.filter(
+            tenant=tenant_id,
+            kind=DELIVER_WEBHOOK,
+            status=Operation.Status.PROCESSING,
+            result_id=delivery_id,
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def _waiting_for(endpoint_id: str, tenant_id: int) -> str | None:
+    """The operation of the endpoint's postponed delivery that has waited longest, if any."""
     now = timezone.now()
     # Postponed deliveries: pending, with no backoff still to wait out.
     due = Delivery.objects.filter(endpoint=endpoint_id, status=Delivery.Status.PENDING).filter(
         Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
     )
-    waiting = (
+    return (
         Operation.objects.filter(
             tenant=tenant_id,
             kind=DELIVER_WEBHOOK,
@@ -214,8 +304,6 @@ def _send_next(endpoint_id: str, tenant_id: int) -> None:
         .values_list("pk", flat=True)
         .first()
     )
-    if waiting is not None:
-        publish_waiting(waiting)
 
 
 def _post(delivery: Delivery) -> tuple[int | None, str]:

@@ -133,6 +133,10 @@ class Delivery(models.Model):
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Since when it waits because its tenant had WEBHOOK_TENANT_CONCURRENCY
+    # attempts in flight (events.tenant_slots): the tenant's held deliveries
+    # are sent on oldest first, one as each of its attempts ends.
+    held_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -150,8 +154,40 @@ class Delivery(models.Model):
                 condition=models.Q(status="pending"),
                 name="delivery_pending_age",
             ),
+            # A tenant's oldest held delivery, looked up as each of its
+            # attempts ends: it holds the held ones only, a few at most.
+            models.Index(
+                fields=["tenant", "held_at"],
+                condition=models.Q(status="pending", held_at__isnull=False),
+                name="delivery_held",
+            ),
         ]
         verbose_name_plural = "deliveries"
 
     def __str__(self) -> str:
         return f"{self.id} {self.status}"
+
+
+class DeliverySlot(models.Model):
+    """One of a tenant's ``WEBHOOK_TENANT_CONCURRENCY`` delivery attempts in flight.
+
+    A tenant's rows are made as its attempts first need them (numbers 0 to
+    the bound less one), and each is held for one attempt at a time like an
+    endpoint (events.tenant_slots).
+    """
+
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    number = models.PositiveSmallIntegerField()
+    # When the attempt that holds it lapses; None while it is free.
+    busy_until = models.DateTimeField(null=True, blank=True)
+    # The operation whose attempt holds it: its next attempt takes it back at
+    # once (its worker died mid-attempt).
+    busy_by = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "number"], name="delivery_slot_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} #{self.number}"

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import requests
 import urllib3
+from django.conf import settings
 
 from tests.support import servers
 from tests.support.live import BIN, ROOT, LiveService, free_port, wait_until_healthy
@@ -269,6 +270,17 @@ class Deployment:
             text=True,
             check=False,
         )
+
+    def start_deliveries_worker(self, *, slots: int) -> subprocess.Popen[bytes]:
+        """A worker of webhook deliveries alone, as docs/DEPLOYING.md runs one.
+
+        ``slots`` threads (an attempt waits on a receiver, not on a CPU),
+        more than a tenant's ``WEBHOOK_TENANT_CONCURRENCY``: the rule that
+        keeps one tenant's slow receivers from holding them all.
+        """
+        bound = int(self.env.get("WEBHOOK_TENANT_CONCURRENCY", settings.WEBHOOK_TENANT_CONCURRENCY))
+        assert slots > bound, f"{slots} delivery slots, not more than a tenant's {bound}"
+        return self.start_worker(queue=settings.WEBHOOK_QUEUE, pool="threads", concurrency=slots)
 
     def wait_for_worker_line(
         self, worker: subprocess.Popen[bytes], text: str, *, within_s: float = 30

@@ -5,12 +5,16 @@ their answer a byte at a time, each byte within any read timeout. Each
 attempt at them lasts ``WEBHOOK_TIMEOUT`` in all (events.outbound), and
 runs on the delivery workers (``-Q webhooks``), as docs/DEPLOYING.md runs
 them: another tenant's payments are charged on workers the attack cannot
-reach, in their usual time, and its deliveries wait at most for one attempt.
+reach, in their usual time, and its deliveries wait at most for one attempt,
+however many slow receivers the attacker has: it holds at most
+``WEBHOOK_TENANT_CONCURRENCY`` of the delivery worker's slots, and the
+worker has more.
 """
 
 import statistics
 import time
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -25,11 +29,16 @@ from tests.support.waits import wait_for, wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WEBHOOK_TIMEOUT_S = 3.0
+# A tenant's attempts in flight at most, and the deliveries worker's slots:
+# more, as docs/DEPLOYING.md says.
+TENANT_BOUND = 2
+DELIVERY_SLOTS = 3
 WEBHOOKS = {
     "WEBHOOK_ALLOW_PRIVATE_URLS": "true",
     "WEBHOOK_RETRY_BACKOFF": "0.5",
     "WEBHOOK_MAX_ATTEMPTS": "50",
     "WEBHOOK_TIMEOUT": f"{WEBHOOK_TIMEOUT_S:g}",
+    "WEBHOOK_TENANT_CONCURRENCY": str(TENANT_BOUND),
 }
 PAYMENTS = 5
 # What a payment may take beyond twice its usual time on a loaded CI
@@ -75,7 +84,7 @@ def test_slow_receivers_delay_neither_another_tenant_s_payments_nor_its_deliveri
     deployment.env = {**deployment.env, **WEBHOOKS}
     deployment.start_web()
     deployment.start_worker(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
-    deployment.start_worker(queue=settings.WEBHOOK_QUEUE, pool="prefork", concurrency=2)
+    deployment.start_deliveries_worker(slots=DELIVERY_SLOTS)
     base_url = deployment.service.base_url
     victim = RetryingClient(base_url, token, Figures("tenant isolation"))
     attacker = RetryingClient(
@@ -89,7 +98,7 @@ def test_slow_receivers_delay_neither_another_tenant_s_payments_nor_its_deliveri
         subscribe(attacker, first.url)
         subscribe(attacker, second.url)
         attacker.place_order()
-        # Both delivery slots are held by the trickles from here on.
+        # Two of the delivery slots are held by the trickles from here on.
         wait_until(
             lambda: first.connections and second.connections,
             30,
@@ -120,3 +129,50 @@ def seconds_to_deliver(client: RetryingClient, receiver: Receiver) -> float:
     receiver.wait_for(arrived + 1, timeout=60)
     assert order["id"].encode() in receiver.received[arrived].body
     return time.monotonic() - started
+
+
+# More slow receivers than the delivery worker has slots: one attempt at each
+# would hold them all, and another tenant's delivery would wait for some
+# SLOW_RECEIVERS / DELIVERY_SLOTS attempts in turn (6.1 s, two attempts,
+# before the bound). The tenant's bound holds it to TENANT_BOUND slots, and
+# the rest stay free for everyone else.
+SLOW_RECEIVERS = 6
+
+
+def test_more_slow_receivers_than_slots_delay_another_tenant_s_deliveries_one_attempt_at_most(
+    deployment: Deployment, token: str
+) -> None:
+    deployment.env = {**deployment.env, **WEBHOOKS}
+    deployment.start_web()
+    deployment.start_deliveries_worker(slots=DELIVERY_SLOTS)
+    base_url = deployment.service.base_url
+    victim = RetryingClient(base_url, token, Figures("tenant isolation"))
+    attacker = RetryingClient(
+        base_url,
+        create_api_client(tenant_slug="attacker", name="slow").token,
+        Figures("the attacker"),
+    )
+
+    with ExitStack() as stack, receiving() as fast:
+        slow = [stack.enter_context(hostile("trickle")) for _ in range(SLOW_RECEIVERS)]
+        for receiver in slow:
+            subscribe(attacker, receiver.url)
+        attacker.place_order()
+        # Each slow receiver has been tried: the attack is in full swing.
+        wait_until(
+            lambda: all(receiver.connections for receiver in slow),
+            60,
+            what="an attempt at every slow receiver",
+        )
+        subscribe(victim, fast.url)
+        delivery_waits = [seconds_to_deliver(victim, fast) for _ in range(3)]
+        slow_attempts = sum(receiver.connections for receiver in slow)
+
+    REPORT.append(
+        f"{SLOW_RECEIVERS} slow receivers of one tenant, {DELIVERY_SLOTS} delivery slots, "
+        f"bound {TENANT_BOUND} a tenant: another tenant's deliveries waited "
+        f"{max(delivery_waits):.1f} s at most (one attempt: {WEBHOOK_TIMEOUT_S:g} s); "
+        f"{slow_attempts} slow attempts"
+    )
+    assert max(delivery_waits) <= WEBHOOK_TIMEOUT_S + DELIVERY_SLACK_S, delivery_waits
+    assert slow_attempts >= SLOW_RECEIVERS

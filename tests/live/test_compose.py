@@ -127,6 +127,17 @@ def test_each_queue_has_workers_of_its_own(services: dict[str, Any]) -> None:
     }
 
 
+def test_the_deliveries_worker_has_more_slots_than_one_tenant_may_fill(
+    services: dict[str, Any],
+) -> None:
+    # Or one tenant's slow receivers could hold them all (docs/DEPLOYING.md, "Workers").
+    command = services["deliveries"]["command"]
+    options = dict(arg.removeprefix("--").split("=", 1) for arg in command if "=" in arg)
+
+    assert options["pool"] == "threads"
+    assert int(options["concurrency"]) > settings.WEBHOOK_TENANT_CONCURRENCY
+
+
 def test_only_nginx_publishes_a_port(services: dict[str, Any]) -> None:
     published = {name for name, service in services.items() if service.get("ports")}
     assert published == {"nginx"}
