@@ -269,3 +269,52 @@ def test_a_backlog_drains_at_the_workers_rate_with_no_copies(
     assert figures.recovery_s <= BACKLOG_GOAL_S, servers.evidence()
     assert copies <= BACKLOG_COPIES_BOUND, f"{copies} copies\n{servers.evidence()}"
     assert most_of_one <= 1, f"{most_of_one} copies of one operation\n{servers.evidence()}"
+
+
+# Every operation ends, its retries held by the workers meanwhile: a retry's
+# message carries its countdown, and a worker holds it until it is due (on
+# RabbitMQ it is delivered at once and raises the worker's prefetch window
+# by one while held), so the retries must be neither lost nor copied.
+REFUSED = 8
+REFUSED_ATTEMPTS = 4
+REFUSED_GOAL_S = 20.0
+
+
+@pytest.mark.parametrize("broker_kind", BROKERS)
+def test_payments_the_provider_keeps_refusing_end_failed_after_their_attempts(
+    broker_kind: str, deployment: Deployment, token: str, database_url: str
+) -> None:
+    figures = Figures(f"provider down, every payment ends ({broker_kind})", goal_s=REFUSED_GOAL_S)
+    deployment.env = {
+        **deployment.env,
+        "OPERATION_MAX_ATTEMPTS": str(REFUSED_ATTEMPTS),
+        "PAYMENT_RETRY_BACKOFF": "0.2",
+    }
+    deployment.start_web()
+    deployment.start_worker(pool="prefork", concurrency=2)
+    client = RetryingClient(deployment.service.base_url, token, figures)
+    orders = [client.place_order() for _ in range(REFUSED)]
+
+    started_at = time.monotonic()
+    for order in orders:
+        body = {
+            "orderId": order["id"],
+            "amount": order["totalAmount"],
+            "currency": order["currency"],
+            "paymentMethod": "pm_card_provider_down",
+        }
+        response = client.command("POST", "/v1/payments", body, key=f"pay-{order['id']}")
+        assert response.status_code == 202, response.text
+    figures.recovery_s = seconds_until_finished(
+        database_url, since=started_at, within_s=REFUSED_GOAL_S
+    )
+
+    with psycopg.connect(database_url, autocommit=True) as db:
+        ended = db.execute(
+            "SELECT status, error_code, attempts, publications, count(*)"
+            " FROM operations_operation GROUP BY 1, 2, 3, 4"
+        ).fetchall()
+    REPORT.append(figures.line())
+    # Each attempt's message and no other: the first, and one per retry.
+    assert ended == [("failed", "ProviderUnavailable", REFUSED_ATTEMPTS, REFUSED_ATTEMPTS, REFUSED)]
+    assert figures.recovery_s <= REFUSED_GOAL_S
