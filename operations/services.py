@@ -56,8 +56,10 @@ _PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step":
 SWEEP_BATCH = 500
 # The longest countdown a retry's message carries. A worker holds a message
 # with a countdown, unacknowledged, until it is due (Redis hands it out again
-# after its visibility timeout, 300 s): a retry due later (a webhook's
-# backoff reaches hours) gets no message, and the sweep publishes it when due.
+# after its visibility timeout, 300 s; RabbitMQ closes the channel of a worker
+# holding one past its consumer_timeout, 30 min by default): a retry due
+# later (a webhook's backoff reaches hours) gets no message, and the sweep
+# publishes it when due.
 LONGEST_COUNTDOWN = 60.0
 _WORKER_LOST = "The worker performing the operation stopped during an attempt."
 _UNEXPECTED = "The operation failed on our side."

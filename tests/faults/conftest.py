@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from accounts.services import create_api_client
-from tests.faults.harness import REPORT, Deployment
-from tests.support.faults import RabbitVhost, RedisServer
+from tests.faults.harness import BROKERS, REPORT, Broker, Deployment
+from tests.support.faults import RabbitBroker, RedisServer
 from tests.support.live import suite_database_env, suite_database_url
 
 
@@ -19,28 +19,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture
-def broker() -> Iterator[RedisServer]:
-    """A Redis of the scenario's own, to stop and start: nothing else's queue."""
-    with RedisServer() as redis:
-        yield redis
-
-
-@pytest.fixture
 def broker_kind() -> str:
-    """The broker of a scenario that names none: Redis, which it may stop and start."""
+    """The broker of a scenario that names none (``BROKERS`` in tests/faults/harness.py)."""
     return "redis"
 
 
 @pytest.fixture
-def broker_url(broker_kind: str, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The URL of the scenario's own broker: a Redis of its own, or a RabbitMQ virtual host."""
-    if broker_kind == "redis":
-        redis: RedisServer = request.getfixturevalue("broker")
-        yield redis.url()
-    else:
-        assert broker_kind == "rabbitmq", broker_kind
-        with RabbitVhost() as vhost:
-            yield vhost.url()
+def broker(broker_kind: str) -> Iterator[Broker]:
+    """A broker of the scenario's own, to stop and start: nothing else's queue.
+
+    A Redis of its own, or a virtual host of its own on the machine's
+    RabbitMQ behind a proxy that stops it for the scenario.
+    """
+    assert broker_kind in BROKERS, broker_kind
+    with RedisServer() if broker_kind == "redis" else RabbitBroker() as server:
+        yield server
 
 
 @pytest.fixture
@@ -54,9 +47,9 @@ def database_url(transactional_db: None) -> str:
 
 
 @pytest.fixture
-def deployment(transactional_db: None, broker_url: str, tmp_path: Path) -> Iterator[Deployment]:
+def deployment(transactional_db: None, broker: Broker, tmp_path: Path) -> Iterator[Deployment]:
     """Nothing started yet: each scenario starts what it needs, on the suite's database."""
-    env = suite_database_env(CELERY_BROKER_URL=broker_url)
+    env = suite_database_env(CELERY_BROKER_URL=broker.url())
     deployment = Deployment(env=env, var_dir=tmp_path)
     try:
         yield deployment

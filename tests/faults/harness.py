@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import requests
@@ -33,9 +33,18 @@ REPORT: list[str] = []
 
 # The brokers a scenario may run on (docs/DEPLOYING.md, "Which broker"):
 # ``@pytest.mark.parametrize("broker_kind", BROKERS)`` runs it on each, on a
-# Redis of its own or a RabbitMQ virtual host of its own (the ``broker_url``
+# Redis of its own or a RabbitMQ virtual host of its own (the ``broker``
 # fixture, tests/faults/conftest.py).
 BROKERS = ("redis", "rabbitmq")
+
+
+class Broker(Protocol):
+    """A scenario's own broker (tests/support/faults.py): its URL, and stopping and starting it."""
+
+    def url(self) -> str: ...
+    def stop(self) -> None: ...
+    def start(self) -> None: ...
+
 
 # What a retrying client waits at most between two attempts (seconds),
 # whatever Retry-After says: the scenarios measure recovery in seconds.

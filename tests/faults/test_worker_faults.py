@@ -19,6 +19,7 @@ from tests.faults.harness import (
     BROKERS,
     REPORT,
     Audit,
+    Broker,
     Deployment,
     Figures,
     RetryingClient,
@@ -31,7 +32,6 @@ from tests.faults.harness import (
     waiting_on_a_lock,
 )
 from tests.support import servers
-from tests.support.faults import RedisServer
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,10 +76,11 @@ def test_worker_killed_holding_messages(
     assert figures.recovery_s <= WORKER_KILLED_GOAL_S
 
 
+@pytest.mark.parametrize("broker_kind", BROKERS)
 def test_broker_down_and_back(
-    deployment: Deployment, broker: RedisServer, token: str, database_url: str
+    broker_kind: str, deployment: Deployment, broker: Broker, token: str, database_url: str
 ) -> None:
-    figures = Figures("broker down and back", goal_s=BROKER_BACK_GOAL_S)
+    figures = Figures(f"broker down and back ({broker_kind})", goal_s=BROKER_BACK_GOAL_S)
     deployment.start_web()
     deployment.start_worker()
     client = RetryingClient(deployment.service.base_url, token, figures)
@@ -101,7 +102,7 @@ def test_broker_down_and_back(
 
 
 def broker_back_then_audit(
-    broker: RedisServer, database_url: str, orders: Sequence[dict[str, Any]], figures: Figures
+    broker: Broker, database_url: str, orders: Sequence[dict[str, Any]], figures: Figures
 ) -> tuple[Audit, float]:
     """Start the broker again; the audit of ``orders`` once every operation ended, and when."""
     broker.start()
@@ -119,7 +120,7 @@ CELERY_DEFAULT_RECONNECTS = 100
 
 
 def test_broker_down_past_celerys_own_reconnect_limit(
-    deployment: Deployment, broker: RedisServer, token: str, database_url: str
+    deployment: Deployment, broker: Broker, token: str, database_url: str
 ) -> None:
     figures = Figures("broker down past 100 reconnects", goal_s=BROKER_BACK_GOAL_S)
     deployment.start_web()

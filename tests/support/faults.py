@@ -611,6 +611,40 @@ class RabbitVhost(_Closes):
         _rabbitmqctl("delete_vhost", self.name)
 
 
+class RabbitBroker(_Closes):
+    """A RabbitMQ of the test's own to stop and start: a virtual host behind a :class:`FaultProxy`.
+
+    The server is shared, so it is never stopped: ``stop()`` puts the proxy
+    down (connections reset, connects refused), as a broker's clients see a
+    stopped one, and ``start()`` lets them through again. Unlike a
+    :class:`RedisServer` without persistence, it keeps its messages meanwhile,
+    as a RabbitMQ restarted keeps its durable queues.
+    """
+
+    def __init__(self) -> None:
+        self.vhost = RabbitVhost()
+        try:
+            self.proxy = FaultProxy((HOST, RABBITMQ_PORT))
+        except BaseException:
+            self.vhost.close()
+            raise
+
+    def url(self) -> str:
+        return f"amqp://{RABBITMQ_USER}:{RABBITMQ_USER}@{HOST}:{self.proxy.port}/{self.vhost.name}"
+
+    def stop(self) -> None:
+        self.proxy.mode = Mode.DOWN
+
+    def start(self) -> None:
+        self.proxy.mode = Mode.PASS
+
+    def close(self) -> None:
+        try:
+            self.proxy.close()
+        finally:
+            self.vhost.close()
+
+
 def _rabbitmqctl(*args: str) -> None:
     done = subprocess.run(
         [_program("rabbitmqctl"), "-q", *args], capture_output=True, text=True, timeout=60
