@@ -16,7 +16,7 @@ The life of an operation (docs/SPECIFICATION.md §4 rules 9 and 10):
 """
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -56,8 +56,10 @@ _PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step":
 SWEEP_BATCH = 500
 # The longest countdown a retry's message carries. A worker holds a message
 # with a countdown, unacknowledged, until it is due (Redis hands it out again
-# after its visibility timeout, 300 s): a retry due later (a webhook's
-# backoff reaches hours) gets no message, and the sweep publishes it when due.
+# after its visibility timeout, 300 s; RabbitMQ closes the channel of a worker
+# holding one past its consumer_timeout, 30 min by default): a retry due
+# later (a webhook's backoff reaches hours) gets no message, and the sweep
+# publishes it when due.
 LONGEST_COUNTDOWN = 60.0
 _WORKER_LOST = "The worker performing the operation stopped during an attempt."
 _UNEXPECTED = "The operation failed on our side."
@@ -582,7 +584,11 @@ def finish_operation(
 # --- The sweep --------------------------------------------------------------
 
 
-def sweep_lost_operations(*, received_up_to: Mapping[str, datetime] | None = None) -> int:
+def sweep_lost_operations(
+    *,
+    received_up_to: Mapping[str, datetime] | None = None,
+    found_empty: MutableMapping[str, datetime] | None = None,
+) -> int:
     """Publish again the operations whose message is presumed lost; returns how many.
 
     An operation that no worker holds, past its ``republish_at``, has lost
@@ -599,7 +605,12 @@ def sweep_lost_operations(*, received_up_to: Mapping[str, datetime] | None = Non
       first out, the operation's message left the queue before that one,
       and the worker that took it would have claimed the operation;
     - or its queue is empty, and its message was published
-      ``OPERATION_STALE_AFTER`` ago or more.
+      ``OPERATION_STALE_AFTER`` ago or more. Given ``found_empty`` (the
+      worker's, kept across its sweeps), only a queue the previous sweep
+      found empty too, and only for a message published before that one
+      looked: a message the broker delivered a moment before the queue
+      emptied is in a worker that has not claimed its operation yet, and
+      has claimed it by the next sweep.
 
     Each queue is judged on its own: a delivery waiting behind a slow
     receiver's in the webhooks queue is not lost because payments move.
@@ -616,7 +627,7 @@ def sweep_lost_operations(*, received_up_to: Mapping[str, datetime] | None = Non
     now = timezone.now()
     lost = Q(published_at__isnull=True) | Q(claimed_until__lt=now)
     for queue, kinds in registry.kinds_by_queue().items():
-        passed = now - _stale_after() if _queue_is_empty(queue) else None
+        passed = _emptied_before(queue, now, found_empty)
         if passed is None and (seen := (received_up_to or {}).get(queue)) is not None:
             passed = seen - _stale_after()
         if passed is not None:
@@ -648,6 +659,30 @@ def sweep_lost_operations(*, received_up_to: Mapping[str, datetime] | None = Non
             _not_published([pk for pk, _, _, _ in due[sent:]], due_at=now)
             return sent
     return len(due)
+
+
+def _emptied_before(
+    queue: str, now: datetime, found_empty: MutableMapping[str, datetime] | None
+) -> datetime | None:
+    """The publish time before which an untaken message is lost, judged by ``queue`` being empty.
+
+    None if the queue holds messages, or if the previous sweep did not find
+    it empty too (``found_empty`` records when one last did): a message
+    delivered just before the queue emptied is not claimed yet, on either
+    broker (a backlog's last messages made a copy in one run of three); one
+    published before the previous sweep found the queue empty had left it
+    then, and is claimed by now or lost.
+    """
+    if not _queue_is_empty(queue):
+        if found_empty is not None:
+            found_empty.pop(queue, None)
+        return None
+    if found_empty is None:
+        return now - _stale_after()
+    before, found_empty[queue] = found_empty.get(queue), now
+    if before is None:
+        return None
+    return min(now - _stale_after(), before)
 
 
 def _queue_is_empty(queue: str) -> bool:

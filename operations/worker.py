@@ -31,14 +31,18 @@ class QueuePosition:
     messages this worker has received from it. A queue is first in, first
     out: every message published to it before that one has left it too, to
     this worker or another, and a worker reserves no message beyond the ones it runs
-    (late acknowledgement, ``CELERY_WORKER_PREFETCH_MULTIPLIER = 1``), so
-    it has claimed its operation within moments. The one exception, a
+    (late acknowledgement, ``CELERY_WORKER_PREFETCH_MULTIPLIER = 1``: kombu's
+    window on Redis, the channel's ``basic.qos`` on RabbitMQ), so it has
+    claimed its operation within moments. The one exception, a
     retry held for its countdown, is left alone by the sweep until the
     countdown is over (``Operation.republish_at``).
     """
 
     def __init__(self) -> None:
         self.received_up_to: dict[str, datetime] = {}
+        # When this worker's last sweep found each queue empty, if it did
+        # (operations.services.sweep_lost_operations).
+        self.found_empty: dict[str, datetime] = {}
 
     def note(self, request: Request, **kwargs: Any) -> None:
         """The ``task_received`` signal, sent in the worker's consumer for each message."""
@@ -78,7 +82,10 @@ class OperationSweep(bootsteps.StartStopStep):
         # database closed (a restart) so this sweep opens a new one.
         close_old_connections()
         try:
-            published = sweep_lost_operations(received_up_to=self.position.received_up_to)
+            published = sweep_lost_operations(
+                received_up_to=self.position.received_up_to,
+                found_empty=self.position.found_empty,
+            )
             if published:
                 logger.info("The sweep published %d operations again", published)
         except Exception:

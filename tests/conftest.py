@@ -70,6 +70,8 @@ STARTERS: dict[str, tuple[str, ...]] = {
     "tests.support.live.serve": ("live",),
     "tests.support.live.celery_worker_command": ("live",),
     "tests.support.faults.RedisServer": ("live",),
+    "tests.support.faults.RabbitVhost": ("live",),
+    "tests.support.faults.RabbitBroker": ("live",),
     "tests.support.faults.PostgresCluster": ("live",),
     "tests.support.patroni.Etcd": ("live",),
     "tests.support.patroni.PatroniNode": ("live",),

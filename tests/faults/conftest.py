@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from accounts.services import create_api_client
-from tests.faults.harness import REPORT, Deployment
-from tests.support.faults import RedisServer
+from tests.faults.harness import BROKERS, REPORT, Broker, Deployment
+from tests.support.faults import RabbitBroker, RedisServer
 from tests.support.live import suite_database_env, suite_database_url
 
 
@@ -19,10 +19,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture
-def broker() -> Iterator[RedisServer]:
-    """A Redis of the scenario's own, to stop and start: nothing else's queue."""
-    with RedisServer() as redis:
-        yield redis
+def broker_kind() -> str:
+    """The broker of a scenario that names none (``BROKERS`` in tests/faults/harness.py)."""
+    return "redis"
+
+
+@pytest.fixture
+def broker(broker_kind: str) -> Iterator[Broker]:
+    """A broker of the scenario's own, to stop and start: nothing else's queue.
+
+    A Redis of its own, or a virtual host of its own on the machine's
+    RabbitMQ behind a proxy that stops it for the scenario.
+    """
+    assert broker_kind in BROKERS, broker_kind
+    with RedisServer() if broker_kind == "redis" else RabbitBroker() as server:
+        yield server
 
 
 @pytest.fixture
@@ -36,7 +47,7 @@ def database_url(transactional_db: None) -> str:
 
 
 @pytest.fixture
-def deployment(transactional_db: None, broker: RedisServer, tmp_path: Path) -> Iterator[Deployment]:
+def deployment(transactional_db: None, broker: Broker, tmp_path: Path) -> Iterator[Deployment]:
     """Nothing started yet: each scenario starts what it needs, on the suite's database."""
     env = suite_database_env(CELERY_BROKER_URL=broker.url())
     deployment = Deployment(env=env, var_dir=tmp_path)

@@ -13,10 +13,11 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import requests
@@ -30,6 +31,21 @@ from tests.support.waits import Answer, describe, wait_until
 # The figures of every scenario run, printed at the end of the session
 # (tests/faults/conftest.py).
 REPORT: list[str] = []
+
+# The brokers a scenario may run on (docs/DEPLOYING.md, "Which broker"):
+# ``@pytest.mark.parametrize("broker_kind", BROKERS)`` runs it on each, on a
+# Redis of its own or a RabbitMQ virtual host of its own (the ``broker``
+# fixture, tests/faults/conftest.py).
+BROKERS = ("redis", "rabbitmq")
+
+
+class Broker(Protocol):
+    """A scenario's own broker (tests/support/faults.py): its URL, and stopping and starting it."""
+
+    def url(self) -> str: ...
+    def stop(self) -> None: ...
+    def start(self) -> None: ...
+
 
 # What a retrying client waits at most between two attempts (seconds),
 # whatever Retry-After says: the scenarios measure recovery in seconds.
@@ -236,7 +252,10 @@ class Deployment:
         log = self.var_dir / f"worker-{len(self.workers)}.log"
         # solo has no concurrency to set: its one task runs in the worker.
         concurrent = [] if pool == "solo" else [f"--concurrency={concurrency}"]
-        queues = [] if queue is None else ["-Q", queue, "-n", f"{queue}-{len(self.workers)}@%h"]
+        queues = [] if queue is None else ["-Q", queue]
+        # A name of its own: on RabbitMQ a worker's control queue is exclusive
+        # to its node name, and a second worker of the same name exits.
+        name = ["-n", f"{queue or 'worker'}-{len(self.workers)}@%h"]
         worker = servers.start(
             f"celery worker {len(self.workers)}",
             [
@@ -247,6 +266,7 @@ class Deployment:
                 f"--pool={pool}",
                 *concurrent,
                 *queues,
+                *name,
                 "--without-mingle",
                 "--without-gossip",
                 "--loglevel=INFO",
@@ -289,6 +309,23 @@ class Deployment:
         _wait_for_line(
             self.var_dir / f"worker-{self.workers.index(worker)}.log", text, worker, within_s
         )
+
+    @contextmanager
+    def paused(self, workers: Sequence[subprocess.Popen[bytes]]) -> Iterator[None]:
+        """``workers`` frozen (SIGSTOP to each one's session) while the block runs.
+
+        A frozen worker takes nothing from the queue and sweeps nothing, as
+        one whose machine is suspended; on RabbitMQ it keeps its connection
+        and the messages already delivered to it. They go on (SIGCONT) when
+        the block ends, however it ends.
+        """
+        for worker in workers:
+            os.killpg(worker.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for worker in workers:
+                os.killpg(worker.pid, signal.SIGCONT)
 
     def close(self) -> None:
         servers.stop([p for p in [self.web, *self.workers] if p is not None])
@@ -419,6 +456,20 @@ def claimed_operations(database_url: str) -> list[str]:
             " WHERE status = 'processing' AND claimed_until > now()"
         ).fetchall()
     return [row[0] for row in rows]
+
+
+def copies_published(database_url: str) -> tuple[int, int]:
+    """(all, most of one operation's) messages published beyond each operation's first.
+
+    A retry's message counts as one: the scenarios that read this retry nothing.
+    """
+    with psycopg.connect(database_url, autocommit=True) as db:
+        row = db.execute(
+            "SELECT coalesce(sum(publications - 1), 0), coalesce(max(publications - 1), 0)"
+            " FROM operations_operation"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 def operation_state(database_url: str, operation_id: str) -> tuple[str, int]:

@@ -22,7 +22,7 @@ import requests
 from django.conf import settings
 
 from accounts.services import create_api_client
-from tests.faults.harness import REPORT, Deployment, Figures, RetryingClient
+from tests.faults.harness import BROKERS, REPORT, Deployment, Figures, RetryingClient
 from tests.support.receiver import Receiver, hostile, receiving
 from tests.support.waits import wait_for, wait_until
 
@@ -78,8 +78,9 @@ def seconds_to_pay(client: RetryingClient) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.parametrize("broker_kind", BROKERS)
 def test_slow_receivers_delay_neither_another_tenant_s_payments_nor_its_deliveries(
-    deployment: Deployment, token: str
+    broker_kind: str, deployment: Deployment, token: str
 ) -> None:
     deployment.env = {**deployment.env, **WEBHOOKS}
     deployment.start_web()
@@ -111,7 +112,7 @@ def test_slow_receivers_delay_neither_another_tenant_s_payments_nor_its_deliveri
 
     usual_p50, attacked_p50 = statistics.median(usual), statistics.median(attacked)
     REPORT.append(
-        f"slow receivers: another tenant's payment p50 {usual_p50:.2f} s alone, "
+        f"slow receivers ({broker_kind}): another tenant's payment p50 {usual_p50:.2f} s alone, "
         f"{attacked_p50:.2f} s under attack ({attacked_p50 / usual_p50:.1f}x); "
         f"its deliveries waited {max(delivery_waits):.1f} s at most "
         f"(one attempt: {WEBHOOK_TIMEOUT_S:g} s); {still_trickling} slow attempts"

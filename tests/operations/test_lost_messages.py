@@ -9,7 +9,7 @@ still untaken. However long a backlog, its operations get no copies.
 import os
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from pytest_django import Settings
 from config.celery import app
 from operations.models import Operation
 from operations.registry import default_queue
-from operations.services import sweep_lost_operations
+from operations.services import claim_operation, sweep_lost_operations
 from operations.worker import OperationSweep
 from provider.models import LedgerEntry
 from tests.support.concurrency import FinishedOperation, running_worker
@@ -115,6 +115,51 @@ def test_an_untaken_message_missing_from_an_empty_queue_is_copied(
     assert published == 1
     assert queued() == 1
     assert Operation.objects.get(pk=operation_id).publications == 2
+
+
+def test_a_worker_judges_an_empty_queue_at_the_second_sweep_that_finds_it_empty(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.OPERATION_STALE_AFTER = 0
+    operation_id = pay(api, 1)
+    app.control.purge()  # the broker lost it
+    found_empty: dict[str, datetime] = {}
+
+    first = sweep_lost_operations(found_empty=found_empty)
+    second = sweep_lost_operations(found_empty=found_empty)
+
+    assert (first, second) == (0, 1)
+    assert Operation.objects.get(pk=operation_id).publications == 2
+
+
+def test_a_message_delivered_as_the_queue_emptied_is_not_copied(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.OPERATION_STALE_AFTER = 0
+    operation_id = pay(api, 1)
+    app.control.purge()  # delivered to a worker, which has not claimed it yet
+    found_empty: dict[str, datetime] = {}
+
+    first = sweep_lost_operations(found_empty=found_empty)
+    claimed = claim_operation(operation_id)  # it has by the next sweep
+    second = sweep_lost_operations(found_empty=found_empty)
+
+    assert claimed is not None
+    assert (first, second) == (0, 0)
+    assert Operation.objects.get(pk=operation_id).publications == 1
+
+
+def test_a_queue_found_holding_messages_is_judged_afresh(
+    api: Api, broker: None, settings: Settings
+) -> None:
+    settings.OPERATION_STALE_AFTER = 0
+    pay(api, 1)
+    found_empty = {default_queue(): timezone.now() - timedelta(hours=1)}
+
+    published = sweep_lost_operations(found_empty=found_empty)
+
+    assert published == 0  # its message waits in the queue
+    assert default_queue() not in found_empty
 
 
 def test_a_backlog_longer_than_the_stale_period_drains_with_one_message_per_operation(

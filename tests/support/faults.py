@@ -3,6 +3,8 @@
 ``FaultProxy`` stands between a client and a server and misbehaves as the test
 tells it to. ``PostgresCluster`` and ``RedisServer`` are throwaway servers of
 the test's own, which it may stop and start without touching the suite's.
+``RabbitVhost`` is a virtual host of the test's own on the machine's RabbitMQ:
+its own queues, never another test's.
 """
 
 import enum
@@ -17,6 +19,7 @@ import struct
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -575,3 +578,87 @@ def _answers_ping(port: int) -> Answer:
     except OSError as error:
         return Answer(False, describe(error))
     return Answer(answer.startswith(b"+PONG"), repr(answer))
+
+
+# The machine's RabbitMQ (.ci/run starts it if it is down), and the user
+# rabbitmq-server creates on a fresh installation, which it admits from
+# localhost alone.
+RABBITMQ_PORT = 5672
+RABBITMQ_USER = "guest"
+
+
+class RabbitVhost(_Closes):
+    """A virtual host of its own on the local RabbitMQ: queues that no other test sees.
+
+    RabbitMQ's server is shared (it takes seconds to start, as an Erlang
+    node); a virtual host is its unit of isolation, as a database is
+    PostgreSQL's. ``close()`` deletes it, with whatever its queues hold.
+    """
+
+    def __init__(self) -> None:
+        self.name = f"faults-{uuid.uuid4().hex[:12]}"
+        _rabbitmqctl("add_vhost", self.name)
+        try:
+            _rabbitmqctl("set_permissions", "-p", self.name, RABBITMQ_USER, ".*", ".*", ".*")
+        except BaseException:
+            self.close()
+            raise
+
+    def url(self) -> str:
+        return f"amqp://{RABBITMQ_USER}:{RABBITMQ_USER}@{HOST}:{RABBITMQ_PORT}/{self.name}"
+
+    def close(self) -> None:
+        _rabbitmqctl("delete_vhost", self.name)
+
+
+class RabbitBroker(_Closes):
+    """A RabbitMQ of the test's own to stop and start: a virtual host behind a :class:`FaultProxy`.
+
+    The server is shared, so it is never stopped: ``stop()`` puts the proxy
+    down (connections reset, connects refused), as a broker's clients see a
+    stopped one, and ``start()`` lets them through again. Unlike a
+    :class:`RedisServer` without persistence, it keeps its messages meanwhile,
+    as a RabbitMQ restarted keeps its durable queues.
+    """
+
+    def __init__(self) -> None:
+        self.vhost = RabbitVhost()
+        try:
+            self.proxy = FaultProxy((HOST, RABBITMQ_PORT))
+        except BaseException:
+            self.vhost.close()
+            raise
+
+    def url(self) -> str:
+        return f"amqp://{RABBITMQ_USER}:{RABBITMQ_USER}@{HOST}:{self.proxy.port}/{self.vhost.name}"
+
+    def stop(self) -> None:
+        self.proxy.mode = Mode.DOWN
+
+    def start(self) -> None:
+        self.proxy.mode = Mode.PASS
+
+    def close_connections(self) -> None:
+        """RabbitMQ closes every connection to the virtual host, as at a restart.
+
+        Each client is told (``CONNECTION_FORCED``) once it reads its socket,
+        and the messages delivered to it and not acknowledged go back to
+        their places in their queues.
+        """
+        _rabbitmqctl("close_all_connections", "-p", self.vhost.name, "closed by the test")
+
+    def close(self) -> None:
+        try:
+            self.proxy.close()
+        finally:
+            self.vhost.close()
+
+
+def _rabbitmqctl(*args: str) -> None:
+    done = subprocess.run(
+        [_program("rabbitmqctl"), "-q", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, (
+        f"rabbitmqctl {' '.join(args)} exited with {done.returncode}:"
+        f" {done.stdout.strip()} {done.stderr.strip()}"
+    )
