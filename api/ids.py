@@ -5,8 +5,17 @@ import secrets
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 # 25 base-36 characters carry 129 bits.
 _LENGTH = 25
+_SPACE = 36**_LENGTH
 
 
 def new_id(prefix: str) -> str:
     """``prefix_`` followed by 25 random base-36 characters, e.g. ``ord_3k9…``."""
-    return f"{prefix}_" + "".join(secrets.choice(_ALPHABET) for _ in range(_LENGTH))
+    # One draw of the system's randomness, not one per character
+    # (secrets.choice): 25 draws cost a first execution of POST /v1/orders,
+    # which makes three ids, some 0.2 ms (docs/SCALING.md).
+    number = secrets.randbelow(_SPACE)
+    digits = []
+    for _ in range(_LENGTH):
+        number, digit = divmod(number, 36)
+        digits.append(_ALPHABET[digit])
+    return f"{prefix}_" + "".join(digits)
