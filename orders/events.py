@@ -11,6 +11,7 @@ from events import registry
 from events.services import record_event
 from orders.links import order_path, payment_path
 from orders.models import Order, Payment
+from orders.rendering import order_of
 from orders.serializers import OrderOutput, PaymentOutput
 
 ORDER_CREATED = "order.created"
@@ -44,7 +45,7 @@ def order_event(event_type: str, order: Order) -> None:
         tenant=order.tenant,
         type=event_type,
         resource=order_path(order.id),
-        data=OrderOutput(order).data,
+        data=order_of(order),
     )
 
 

@@ -22,12 +22,11 @@ from orders import schema, selectors, services
 from orders.errors import InvalidOrderId, NoSuchOrder
 from orders.links import order_path
 from orders.models import ORDER_ID_PATTERN
-from orders.rendering import orders_from_rows
+from orders.rendering import order_command_answer, orders_from_rows
 from orders.serializers import (
     CancelOrderInput,
     CreateOrderInput,
     CreatePaymentInput,
-    OrderCommandOutput,
     PaymentAcceptedOutput,
     PaymentOutput,
     RefundAcceptedOutput,
@@ -50,7 +49,7 @@ class OrderCollection(APIView):
         )
 
         return Response(
-            OrderCommandOutput(OrderCommandOutput.of(order)).data,
+            order_command_answer(order),
             status=status.HTTP_201_CREATED,
             headers={"Location": order_path(order.id)},
         )
@@ -99,7 +98,7 @@ class OrderDetail(APIView):
             if_match=IfMatch.of(request, tag_of=order_etag),
         )
 
-        answer = OrderCommandOutput(OrderCommandOutput.of(placement.order)).data
+        answer = order_command_answer(placement.order)
         if placement.created:
             return Response(
                 answer, status=status.HTTP_201_CREATED, headers={"Location": order_path(order_id)}
@@ -129,7 +128,7 @@ class OrderCancel(APIView):
                 status=status.HTTP_202_ACCEPTED,
                 headers=polling_headers(cancellation.refund),
             )
-        return Response(OrderCommandOutput(OrderCommandOutput.of(cancellation.order)).data)
+        return Response(order_command_answer(cancellation.order))
 
 
 class PaymentCollection(APIView):
