@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Expression, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.models import Tenant
+from api.plain_reads import Selected
+from api.plain_writes import PlainInsert
 from events import addresses
 from events.errors import (
     InvalidWebhookEndpoint,
@@ -35,16 +38,24 @@ from operations.services import start_operations
 DELIVER_WEBHOOK = "webhook.deliver"
 
 
-def _txid() -> Expression:
+def _txid(db: BaseDatabaseWrapper) -> Expression:
     """The transaction that writes an event (Event.txid).
 
     PostgreSQL's own id for it (xid8, 64 bits: it never wraps). SQLite lets
     one writer in at a time, so a counter is as good.
     """
-    if connection.vendor == "postgresql":
+    if db.vendor == "postgresql":
         return transaction_id(function="pg_current_xact_id")
     newest = Event.objects.order_by("-txid").values("txid")[:1]
     return Coalesce(Subquery(newest), 0) + 1
+
+
+# Every effect records an event: as plain SQL written once (api/plain_writes.py).
+_EVENTS = PlainInsert(Event, computed={"txid": _txid})
+# And reads the tenant's enabled endpoints, most often none:
+# ``WebhookEndpoint.objects.filter(…).only("id", "event_types")`` as a plain
+# SELECT written once (api/plain_reads.py).
+_ENDPOINTS = Selected.of(WebhookEndpoint, "e", "id", "event_types")
 
 
 def record_event(*, tenant: Tenant, type: str, resource: str, data: Mapping[str, Any]) -> Event:
@@ -57,14 +68,13 @@ def record_event(*, tenant: Tenant, type: str, resource: str, data: Mapping[str,
         caller's compare-and-set should have found the effect made).
     """
     with transaction.atomic(savepoint=False):
-        event = Event.objects.create(
-            tenant=tenant, type=type, resource=resource, data=data, txid=_txid()
-        )
+        event = Event(tenant=tenant, type=type, resource=resource, data=data)
+        _EVENTS.insert(event)
         receivers = [
             endpoint
-            for endpoint in WebhookEndpoint.objects.filter(
-                tenant=tenant, status=WebhookEndpoint.Status.ENABLED
-            ).only("id", "event_types")
+            for endpoint in _ENDPOINTS.where(
+                tenant=tenant.pk, status=WebhookEndpoint.Status.ENABLED
+            )
             if endpoint.receives(type)
         ]
         if receivers:

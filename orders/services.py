@@ -24,6 +24,8 @@ from django.utils import timezone
 from accounts.models import Tenant
 from api.conditional import IfMatch
 from api.ids import new_id
+from api.plain_reads import Selected
+from api.plain_writes import PlainInsert
 from operations import registry
 from operations.models import Operation
 from operations.registry import Failure
@@ -46,6 +48,14 @@ from orders.locks import lock_order
 from orders.models import Order, OrderItem, Payment, Product
 from orders.selectors import orders_of
 from provider.gateway import ProviderResult, ProviderUnavailable, get_gateway
+
+# Every first execution inserts an order and its lines: as plain SQL
+# written once (api/plain_writes.py says what that saves).
+_ORDERS = PlainInsert(Order)
+_LINES = PlainInsert(OrderItem)
+# And reads the catalog's lines for them: ``Product.objects.in_bulk(skus)``
+# as a plain SELECT written once (api/plain_reads.py).
+_PRODUCTS = Selected.of(Product, "p", "sku", "unit_price", "currency")
 
 CHARGE_PAYMENT = "payment.charge"
 REFUND_ORDER = "order.refund"
@@ -131,7 +141,7 @@ def put_order(
 def _place(*, tenant: Tenant, new_order: NewOrder, order_id: str | None) -> Order:
     """Insert the order and its lines; ``order_id`` None for an id of our own."""
     skus = {line.sku for line in new_order.items}
-    products = Product.objects.in_bulk(skus)
+    products = {product.sku: product for product in _PRODUCTS.where(sku=list(skus))}
     if unknown := sorted(skus - products.keys()):
         raise UnknownSku(f"Unknown SKU: {', '.join(unknown)}.", details={"unknownSkus": unknown})
     if foreign := sorted(s for s in skus if products[s].currency != new_order.currency):
@@ -152,7 +162,7 @@ def _place(*, tenant: Tenant, new_order: NewOrder, order_id: str | None) -> Orde
     ]
     # An id of our own is unique everywhere, so it serves as the row's key too.
     internal_id = new_id("ord")
-    order = Order.objects.create(
+    order = Order(
         internal_id=internal_id,
         id=order_id or internal_id,
         tenant=tenant,
@@ -160,9 +170,10 @@ def _place(*, tenant: Tenant, new_order: NewOrder, order_id: str | None) -> Orde
         currency=new_order.currency,
         total_amount=sum(line.line_total for line in lines),
     )
+    _ORDERS.insert(order)
     for line in lines:
         line.order = order
-    OrderItem.objects.bulk_create(lines)
+    _LINES.insert(*lines)
     order.lines = lines
     order.payment_ids = []
     events.order_event(events.ORDER_CREATED, order)
