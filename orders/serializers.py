@@ -8,6 +8,7 @@ from rest_framework import serializers
 from api.conditional import entity_tag_of
 from api.fields import StrictCharField, StrictIntegerField, StrictSerializer
 from api.parsers import MAX_SAFE_INTEGER
+from api.shared_fields import SharedFields
 from operations.models import Operation
 from operations.serializers import operation_path
 from orders.inputs import NewOrder, NewPayment, OrderLine
@@ -19,12 +20,12 @@ MAX_ITEMS = 100
 MAX_QTY = 1000
 
 
-class OrderLineInput(StrictSerializer):
+class OrderLineInput(SharedFields, StrictSerializer):
     sku = StrictCharField(max_length=64)
     qty = StrictIntegerField(min_value=1, max_value=MAX_QTY)
 
 
-class CreateOrderInput(StrictSerializer):
+class CreateOrderInput(SharedFields, StrictSerializer):
     customerId = StrictCharField(max_length=100)  # noqa: N815 - the wire name
     items: serializers.ListSerializer[Any] = serializers.ListSerializer(
         child=OrderLineInput(), allow_empty=False, max_length=MAX_ITEMS
