@@ -43,7 +43,7 @@ from typing import Any
 import psycopg
 import requests
 
-from tests.bench import in_process, service, wrk
+from tests.bench import ceiling, in_process, service, wrk
 
 DATABASE = "order_service_bench"
 ORDER = {"customerId": "bench", "items": [{"sku": "ABC", "qty": 2}], "currency": "RUB"}
@@ -57,19 +57,33 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "20"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "2"))
 # Rounds of the retry storm, each a run alone and a run beside the replays.
 STORM_ROUNDS = int(os.environ.get("BENCH_STORM_ROUNDS", "10"))
-# The loads whose ratio matters most run side by side in each round.
-_PAIRS = (("guarded", "unguarded"), ("replay", "read"))
+# The loads whose ratio matters most run side by side in each round; a
+# command's ceiling (tests/bench/ceiling.py) beside the command.
+_GROUPS = (
+    ("guarded", "unguarded", "create ceiling"),
+    ("replay", "read"),
+    ("payment", "payment ceiling"),
+)
+# The ceilings, run by pgbench rather than wrk: a rate, and no cost read.
+_CEILINGS = ("create ceiling", "payment ceiling")
+PAYMENT = {"orderId": "@N@", "amount": 3980, "currency": "RUB", "paymentMethod": "pm_card_ok"}
 
 
 def main() -> None:
     env, token = service.prepare(DATABASE)
-    with service.serving(env, celery=True, app="tests.bench.wsgi:application") as live:
+    # No Celery worker while the rounds run: it would charge their payments,
+    # on the same two cores as the loads it would then slow.
+    with service.serving(env, app="tests.bench.wsgi:application") as live:
         bench = Bench(live.base_url, token)
         bench.run()
-        guard_cpu(env, token)
-        fixed_costs(env, token)
-        list_cpu(env)
-        bench.hostile_bodies()
+    service.purge_broker(env)
+    with service.serving(env, celery=True, app="tests.bench.wsgi:application") as live:
+        Bench(live.base_url, token).payment_latency(20)
+    guard_cpu(env, token)
+    fixed_costs(env, token)
+    list_cpu(env)
+    with service.serving(env, app="tests.bench.wsgi:application") as live:
+        Bench(live.base_url, token).hostile_bodies()
 
 
 def guard_cpu(env: dict[str, str], token: str) -> None:
@@ -152,32 +166,49 @@ class Bench:
         }
         for load in loads.values():  # warm up connections, caches and code paths
             wrk.run(self.base_url, load, seconds=2)
+        url = service.database_url(DATABASE)
         # What earlier work left dirty in PostgreSQL's buffers is written now,
         # not by a checkpoint in the middle of the rounds.
-        with psycopg.connect(service.database_url(DATABASE), autocommit=True) as conn:
+        with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CHECKPOINT")
             meter = _Meter(conn)
-            results: dict[str, list[wrk.Result]] = {name: [] for name in loads}
-            costs = {name: Cost() for name in loads}
+            caller = ceiling.Caller.of(conn, self.token)
+            names = [name for group in _GROUPS for name in group]
+            results: dict[str, list[wrk.Result]] = {n: [] for n in names if n not in _CEILINGS}
+            rates: dict[str, list[float]] = {name: [] for name in names}
+            costs = {name: Cost() for name in results}
             for round_ in range(ROUNDS):
-                # Each ratio's two loads run back to back, in either order by
+                # Each ratio's loads run back to back, in either order by
                 # turns: the machine's speed drifts by tens of percent over a
                 # few seconds here, and a ratio of two runs seconds apart
                 # would measure the drift.
-                for pair in _PAIRS if round_ % 2 == 0 else _PAIRS[::-1]:
-                    for name in pair if round_ % 2 == 0 else pair[::-1]:
-                        result, cost = meter.run(self.base_url, loads[name])
-                        results[name].append(result)
-                        costs[name] += cost
+                for group in _GROUPS if round_ % 2 == 0 else _GROUPS[::-1]:
+                    for name in group if round_ % 2 == 0 else group[::-1]:
+                        if name == "create ceiling":
+                            rate = ceiling.create_orders(url, caller, seconds=SECONDS)
+                        elif name == "payment ceiling":
+                            # As many as it made in a run's seconds before.
+                            seen = statistics.median(rates["payment ceiling"] or [800.0])
+                            rate = ceiling.start_payments(
+                                url,
+                                conn,
+                                caller,
+                                round_=round_,
+                                each=max(50, int(seen * SECONDS / ceiling.CLIENTS)),
+                            )
+                        else:
+                            load = loads.get(name) or self.payments(conn, caller, round_)
+                            result, cost = meter.run(self.base_url, load)
+                            results[name].append(result)
+                            costs[name] += cost
+                            rate = result.rate
+                        rates[name].append(rate)
             key_row_bytes = _scalar(
                 conn,
                 "SELECT (pg_total_relation_size('idempotency_idempotencykey')"
                 " + pg_total_relation_size('idempotency_storedanswer'))"
                 " / greatest(count(*), 1) FROM idempotency_idempotencykey",
             )
-        to_succeeded = self.payment_latencies(20)
-
-        rates = {name: [r.rate for r in rs] for name, rs in results.items()}
         print(
             f"throughput, wrk with 16 clients (a connection per request), {ROUNDS} interleaved"
             f" rounds of {SECONDS:g} s"
@@ -188,6 +219,7 @@ class Bench:
             "unguarded": "unguarded        POST /bench/unguarded/orders",
             "replay": "replay           POST /v1/orders",
             "read": "read             GET  /v1/orders/{id}",
+            "payment": "first execution  POST /v1/payments",
         }
         for name, label in labels.items():
             median = _median_result(results[name])
@@ -196,8 +228,22 @@ class Bench:
                 f" ({min(rates[name]):.0f}-{max(rates[name]):.0f})"
                 f"  p50 {median.p50_ms:5.1f} ms  p99 {median.p99_ms:5.1f} ms"
             )
+        print(
+            f"PostgreSQL's ceiling, pgbench with {ceiling.CLIENTS} clients of each command's"
+            " minimal transaction (tests/bench/ceiling/):"
+        )
+        for name, label in [
+            ("create ceiling", "create_order.sql"),
+            ("payment ceiling", "start_payment.sql"),
+        ]:
+            print(
+                f"  {label:46s} {statistics.median(rates[name]):6.0f} tx/s"
+                f" ({min(rates[name]):.0f}-{max(rates[name]):.0f})"
+            )
         print("ratios (median of the rounds' ratios, range):")
         for label, over, under in [
+            ("create / ceiling", "guarded", "create ceiling"),
+            ("payment / ceiling", "payment", "payment ceiling"),
             ("guarded / unguarded first executions", "guarded", "unguarded"),
             ("replays / first executions", "replay", "guarded"),
             ("reads / first executions", "read", "guarded"),
@@ -223,7 +269,22 @@ class Bench:
             )
         print(f"  a stored key takes {key_row_bytes} bytes with its answer, indexes included")
         self.retry_storm(loads["guarded"], loads["replay"])
-        print("payment (pm_card_ok), 202 to succeeded, 20 payments:")
+
+    def payments(
+        self, conn: psycopg.Connection[Any], caller: ceiling.Caller, round_: int
+    ) -> wrk.Load:
+        """A run of first executions of POST /v1/payments, each paying an order of its own."""
+        prefix = f"ord_w{round_}-"
+        # wrk's rate may reach a thousand a second; what is left unpaid is harmless.
+        ceiling.unpaid_orders(conn, caller, prefix=prefix, count=_enough([], SECONDS))
+        conn.execute("CHECKPOINT")
+        body = json.dumps({**PAYMENT, "orderId": prefix + "@N@"})
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        return wrk.Load("POST", "/v1/payments", headers, body, fresh_keys=True, numbered=True)
+
+    def payment_latency(self, n: int) -> None:
+        to_succeeded = self.payment_latencies(n)
+        print(f"payment (pm_card_ok), 202 to succeeded, {n} payments:")
         print(f"  median {statistics.median(to_succeeded):7.1f} ms")
         print(f"  max    {max(to_succeeded):7.1f} ms")
 
@@ -348,6 +409,11 @@ class Bench:
                 time.sleep(0.002)
             latencies.append((time.perf_counter() - received) * 1000)
         return latencies
+
+
+def _enough(rates: list[float], seconds: float) -> int:
+    """Orders enough for a run of ``seconds`` at twice the fastest rate seen, or 2,000 a second."""
+    return int(2 * max([*rates, 1000.0]) * seconds) + 100
 
 
 def _median_result(results: list[wrk.Result]) -> wrk.Result:

@@ -6,6 +6,7 @@ no figure depends on what an earlier run left, and on the Redis broker.
 """
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import sql
 
-from tests.support.live import LiveService, base_env, manage, serve
+from tests.support.live import BIN, LiveService, base_env, manage, serve
 
 SERVER_URL = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
 BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
@@ -53,6 +54,16 @@ def drop(database: str) -> None:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
         )
+
+
+def purge_broker(env: Mapping[str, str]) -> None:
+    """Drop the messages no worker took: the charges of the payments the rounds made."""
+    subprocess.run(
+        [str(BIN / "celery"), "-A", "config", "purge", "--force"],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
 
 
 @contextmanager

@@ -26,6 +26,7 @@ _SCRIPT = """
 local method, path, body = %(method)s, %(path)s, %(body)s
 local headers = %(headers)s
 local key, fresh_keys, scatter_keys = %(key)s, %(fresh_keys)s, %(scatter_keys)s
+local numbered = %(numbered)s
 local counter = 0
 
 function setup(thread)
@@ -40,8 +41,8 @@ function init(args)
 end
 
 function request()
+  counter = counter + 1
   if fresh_keys then
-    counter = counter + 1
     local lead = ""
     if scatter_keys then
       lead = string.format("%%08x%%08x-", math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
@@ -49,6 +50,9 @@ function request()
     headers["Idempotency-Key"] = lead .. prefix .. counter
   elseif key ~= "" then
     headers["Idempotency-Key"] = key
+  end
+  if numbered then
+    return wrk.format(method, path, headers, (string.gsub(body, "@N@", tostring(counter))))
   end
   return wrk.format(method, path, headers, body)
 end
@@ -82,6 +86,9 @@ class Load:
     # side at one place of it, which stays in cache however large the table
     # is. What tests/bench/keys.py measures of a table of 10^6 keys needs it.
     scatter_keys: bool = False
+    # Each request's number (1, 2, …) in place of every "@N@" of the body:
+    # a payment of an order of its own each, made beforehand.
+    numbered: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,6 +241,7 @@ def _script(load: Load) -> str:
         "key": _lua(load.key or (uuid.uuid4().hex if load.fresh_keys else "")),
         "fresh_keys": "true" if load.fresh_keys else "false",
         "scatter_keys": "true" if load.scatter_keys else "false",
+        "numbered": "true" if load.numbered else "false",
         "seed": secrets.randbelow(2**31),
     }
 
