@@ -66,11 +66,12 @@ class Selected(Generic[M]):
         """The select list of these columns, in their order."""
         return ", ".join(f"{self.alias}.{db.ops.quote_name(f.column)}" for f in self.fields)
 
-    def where(self, **conditions: Any) -> list[M]:
+    def where(self, *, lock: bool = False, **conditions: Any) -> list[M]:
         """The instances of the rows whose fields equal ``conditions``, one of them for a list.
 
         ``Model.objects.filter(a=1, b__in=[2, 3]).only(<these fields>)`` as
-        one plain SELECT, written once per set of names and list lengths.
+        one plain SELECT, written once per set of names and list lengths;
+        with ``lock``, ``select_for_update()``'s (where the backend has it).
         """
         db = connections[DEFAULT_DB_ALIAS]
         shape = tuple(
@@ -83,7 +84,7 @@ class Selected(Generic[M]):
         for value in conditions.values():
             values += value if isinstance(value, list | tuple) else [value]
         with db.cursor() as cursor:
-            cursor.execute(_where_sql(self, db.alias, shape), values)
+            cursor.execute(_where_sql(self, db.alias, shape, lock), values)
             rows = cursor.fetchall()
         return [self.instance(db, row) for row in rows]
 
@@ -98,7 +99,7 @@ class Selected(Generic[M]):
 
 @functools.cache
 def _where_sql(
-    selected: Selected[Any], alias: str, shape: tuple[tuple[str, int | None], ...]
+    selected: Selected[Any], alias: str, shape: tuple[tuple[str, int | None], ...], lock: bool
 ) -> str:
     db = connections[alias]
     tests = [
@@ -110,6 +111,7 @@ def _where_sql(
     return (
         f"SELECT {selected.columns(db)} FROM {selected.table(db)}"  # noqa: S608 - names from the model only
         f" WHERE {' AND '.join(tests) or 'TRUE'}"
+        + (" FOR UPDATE" if lock and db.features.has_select_for_update else "")
     )
 
 

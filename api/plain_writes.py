@@ -103,8 +103,7 @@ def _insert_sql(
         computed_sql.append(sql)
         computed_params += params
     names = [f.column for f in insert.fields] + [
-        model._meta.get_field(name).column
-        for name in insert.computed
+        model._meta.get_field(name).column for name in insert.computed
     ]
     row = "(" + ", ".join(["%s"] * len(insert.fields) + computed_sql) + ")"
     sql = (

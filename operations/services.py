@@ -30,6 +30,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Tenant
+from api.plain_writes import PlainInsert
 from observability.tracing import continued, current_trace_id, message_headers
 from operations import ended as ended_count
 from operations import metrics, registry
@@ -72,6 +73,11 @@ def _stale_after() -> timedelta:
 # --- Starting and publishing ------------------------------------------------
 
 
+# Every asynchronous command records its operation: as plain SQL written
+# once (api/plain_writes.py says what that saves).
+_OPERATIONS = PlainInsert(Operation)
+
+
 def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
     """Record an operation and publish its message once the transaction commits.
 
@@ -79,7 +85,7 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
     lost, even when the broker is down at that moment.
     """
     now = timezone.now()
-    operation = Operation.objects.create(
+    operation = Operation(
         tenant=tenant,
         kind=kind,
         result_id=result_id,
@@ -90,6 +96,7 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
         publications=1,
         republish_at=now + _stale_after(),
     )
+    _OPERATIONS.insert(operation)
     # The request's log line names the operation it started.
     structlog.contextvars.bind_contextvars(operation_id=operation.id)
     # robust: a broker failure after commit must not turn the committed
@@ -111,7 +118,7 @@ def start_operations(*, tenant: Tenant, kind: str, result_ids: Sequence[str]) ->
     """:func:`start_operation` for several results at once: one insert, however many."""
     now = timezone.now()
     trace_id = current_trace_id()
-    operations = Operation.objects.bulk_create(
+    operations = [
         Operation(
             tenant=tenant,
             kind=kind,
@@ -122,7 +129,8 @@ def start_operations(*, tenant: Tenant, kind: str, result_ids: Sequence[str]) ->
             republish_at=now + _stale_after(),
         )
         for result_id in result_ids
-    )
+    ]
+    _OPERATIONS.insert(*operations)
     queue = registry.queue_of(kind)
     for operation in operations:
         transaction.on_commit(

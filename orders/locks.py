@@ -17,20 +17,28 @@ A command's wait for the lock is bounded by its transaction's
 on PostgreSQL): past it the command answers a retryable 503.
 """
 
-from django.db.models import QuerySet
+from typing import Any
 
+from api.plain_reads import Selected
 from orders.models import Order
 
+# The lock is taken on every payment, cancel and charge: as a plain SELECT
+# … FOR UPDATE written once (api/plain_reads.py), not a queryset compiled
+# on every call.
+_ORDER = Selected.of(Order, "o")
 
-def lock_order(selected: QuerySet[Order]) -> Order | None:
-    """The order ``selected`` picks, its row locked until the transaction ends; None if none.
 
-    ``selected`` names one order: by the tenant and its id for a command
-    (another tenant's order is then as absent as a missing one), by its
-    internal id for a worker. Call it inside a transaction, before anything
-    else of the order or its payments is read to decide or written.
+def lock_order(**lookup: Any) -> Order | None:
+    """The order ``lookup`` names, its row locked until the transaction ends; None if none.
+
+    ``lookup`` names one order by its fields: by the tenant and its id for
+    a command (``tenant=…, id=…``: another tenant's order is then as absent
+    as a missing one), by its internal id for a worker. Call it inside a
+    transaction, before anything else of the order or its payments is read
+    to decide or written. ``Order.objects.filter(**lookup).select_for_update().first()``.
 
     :raises OperationalError: the wait for the lock outlasted the transaction's
         ``lock_timeout``.
     """
-    return selected.select_for_update().first()
+    found = _ORDER.where(lock=True, **lookup)
+    return found[0] if found else None

@@ -53,6 +53,8 @@ from provider.gateway import ProviderResult, ProviderUnavailable, get_gateway
 # written once (api/plain_writes.py says what that saves).
 _ORDERS = PlainInsert(Order)
 _LINES = PlainInsert(OrderItem)
+# Every payment inserts its row the same way.
+_PAYMENTS = PlainInsert(Payment)
 # And reads the catalog's lines for them: ``Product.objects.in_bulk(skus)``
 # as a plain SELECT written once (api/plain_reads.py).
 _PRODUCTS = Selected.of(Product, "p", "sku", "unit_price", "currency")
@@ -227,7 +229,7 @@ def cancel_order(
     :raises OrderStateConflict: a payment of the order is processing.
     """
     with transaction.atomic(savepoint=False):
-        order = lock_order(Order.objects.filter(tenant=tenant, id=order_id))
+        order = lock_order(tenant=tenant.pk, id=order_id)
         if order is None:
             raise NoSuchOrder(f"No order {order_id}.")
         if if_match is not None:
@@ -262,7 +264,7 @@ def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, 
     :raises AmountMismatch: the amount is not the order's total.
     """
     with transaction.atomic(savepoint=False):
-        order = lock_order(Order.objects.filter(tenant=tenant, id=new_payment.order_id))
+        order = lock_order(tenant=tenant.pk, id=new_payment.order_id)
         if order is None:
             raise OrderNotFound(details={"orderId": new_payment.order_id})
         if order.status == Order.Status.CANCELLED:
@@ -277,13 +279,14 @@ def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, 
             raise AmountMismatch(details={"totalAmount": order.total_amount})
         try:
             with transaction.atomic(savepoint=False):
-                payment = Payment.objects.create(
+                payment = Payment(
                     tenant=tenant,
                     order=order,
                     amount=new_payment.amount,
                     currency=new_payment.currency,
                     payment_method=new_payment.payment_method,
                 )
+                _PAYMENTS.insert(payment)
         except IntegrityError:
             # payment_one_live_per_order: a payment of this order is processing.
             raise PaymentInProgress() from None
@@ -375,7 +378,7 @@ def _record_charge(
     """
     now = timezone.now()
     with transaction.atomic():
-        lock_order(Order.objects.filter(pk=payment.order_id))
+        lock_order(internal_id=payment.order_id)
         if not _finish(operation, result, declined="PaymentDeclined", what="payment", error=error):
             return  # another attempt recorded the outcome first
         ended = Payment.objects.filter(pk=payment.pk, status=Payment.Status.PROCESSING).update(
@@ -498,7 +501,7 @@ def _record_refund(
     """
     now = timezone.now()
     with transaction.atomic():
-        lock_order(Order.objects.filter(pk=payment.order_id))
+        lock_order(internal_id=payment.order_id)
         if not _finish(operation, result, declined="RefundDeclined", what="refund", error=error):
             return  # another attempt recorded the outcome first
         if not result.succeeded:

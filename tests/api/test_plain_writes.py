@@ -16,12 +16,13 @@ from django.db.models.sql.compiler import SQLCompiler
 from accounts.models import Tenant
 from api.plain_writes import PlainInsert
 from events.models import Event
-from orders.models import Order, OrderItem, Product
-from tests.support.http import Api, body_of
+from operations.models import Operation
+from orders.models import Order, OrderItem, Payment, Product
+from tests.support.http import Api, body_of, payment_body
 
 pytestmark = pytest.mark.django_db
 
-SERVED = (Order, OrderItem, Event)
+SERVED = (Order, OrderItem, Event, Payment, Operation)
 
 
 def _row(instance: Model) -> dict[str, Any]:
@@ -88,3 +89,22 @@ def test_a_first_execution_of_post_orders_compiles_no_orm_query(
     assert placed.status_code == 201, placed.content
     order_id = body_of(placed)["orderId"]
     assert Event.objects.filter(resource=f"/v1/orders/{order_id}").count() == 1
+
+
+def test_a_first_execution_of_post_payments_compiles_no_orm_query(
+    api: Api, order_body: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    orders = [body_of(api.post("/v1/orders", order_body, key=f"o{n}"))["order"] for n in (1, 2)]
+    api.post("/v1/payments", payment_body(orders[0]), key="warm")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an ORM query was compiled")
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", refuse)
+    accepted = api.post("/v1/payments", payment_body(orders[1]), key="P")
+    monkeypatch.undo()
+
+    assert accepted.status_code == 202, accepted.content
+    payment = Payment.objects.get(pk=body_of(accepted)["paymentId"])
+    assert payment.order.id == orders[1]["id"]
+    assert Operation.objects.filter(result_id=payment.id).count() == 1

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.django_db
 
 
 def _render(data: Any) -> bytes:
-    return JSONRenderer().render(data)
+    rendered: bytes = JSONRenderer().render(data)
+    return rendered
 
 
 def test_an_order_renders_to_the_bytes_order_output_writes(
