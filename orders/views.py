@@ -143,7 +143,7 @@ class PaymentCollection(APIView):
         )
 
         return Response(
-            PaymentAcceptedOutput(PaymentAcceptedOutput.of(payment, operation)).data,
+            PaymentAcceptedOutput.of(payment, operation),
             status=status.HTTP_202_ACCEPTED,
             headers=polling_headers(operation),
         )

@@ -8,7 +8,15 @@ them lets one request's errors or data reach another's.
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from orders.serializers import CreateOrderInput, CreatePaymentInput
+from pytest_django import Settings
+
+from orders.serializers import CreateOrderInput, CreatePaymentInput, PaymentMethodField
+from provider.simulator import SimulatedProvider
+
+
+class OneMethodGateway(SimulatedProvider):
+    payment_methods = {"pm_only": "The one method of this provider."}
+
 
 GOOD = {"customerId": "c", "currency": "RUB", "items": [{"sku": "ABC", "qty": 2}]}
 BAD = {"customerId": 7, "currency": "rub", "items": [{"sku": "ABC", "qty": 0}]}
@@ -25,8 +33,21 @@ def test_an_order_inputs_fields_are_built_once() -> None:
     assert line.fields is other_line.fields
 
 
-def test_a_payment_input_builds_its_own_for_its_methods_follow_the_gateway() -> None:
-    assert CreatePaymentInput(data={}).fields is not CreatePaymentInput(data={}).fields
+def test_a_payment_inputs_fields_are_built_once_and_its_methods_follow_the_gateway(
+    settings: Settings,
+) -> None:
+    first, second = CreatePaymentInput(data={}), CreatePaymentInput(data={})
+    assert first.fields is second.fields
+    method: PaymentMethodField = first.fields["paymentMethod"]  # type: ignore[assignment]
+
+    settings.PAYMENT_GATEWAY = "tests.api.test_shared_fields.OneMethodGateway"
+
+    assert list(method.choices) == ["pm_only"]
+    payload = CreatePaymentInput(
+        data={"orderId": "ord_1", "amount": 1, "currency": "RUB", "paymentMethod": "pm_card_ok"}
+    )
+    assert not payload.is_valid()
+    assert payload.errors["paymentMethod"] == ["Not a payment method of this provider: pm_only."]
 
 
 def test_bodies_validated_at_once_keep_their_own_errors_and_data() -> None:

@@ -12,9 +12,11 @@ import pytest
 from rest_framework.renderers import JSONRenderer
 
 from events.models import Event
+from operations.models import Operation
 from orders import selectors, services
+from orders.models import Payment
 from orders.rendering import order_command_answer, order_of
-from orders.serializers import OrderCommandOutput, OrderOutput
+from orders.serializers import OrderCommandOutput, OrderOutput, PaymentAcceptedOutput
 from tests.orders.conftest import PlaceOrders
 from tests.support.http import Api, body_of, payment_body
 
@@ -59,3 +61,16 @@ def test_placing_an_order_builds_no_serializer_of_it(
     monkeypatch.undo()
     event = Event.objects.get(resource=f"/v1/orders/{order['id']}")
     assert event.data == order == body_of(api.get(f"/v1/orders/{order['id']}"))
+
+
+def test_a_payments_answer_is_the_bytes_its_serializer_writes(
+    api: Api, order_body: dict[str, Any]
+) -> None:
+    order = body_of(api.post("/v1/orders", order_body, key="o"))["order"]
+
+    accepted = api.post("/v1/payments", payment_body(order), key="p")
+
+    payment = Payment.objects.get(pk=body_of(accepted)["paymentId"])
+    operation = Operation.objects.get(result_id=payment.id)
+    answer = PaymentAcceptedOutput.of(payment, operation)
+    assert _render(answer) == _render(PaymentAcceptedOutput(answer).data) == accepted.content
