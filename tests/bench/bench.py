@@ -17,7 +17,12 @@ that a drift of the machine spreads over all of them:
   alternating rounds: the share of their throughput that first executions
   keep while the retries arrive (closed-loop clients: about
   1 / (1 + a replay's cost / a first execution's));
-- the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment;
+- first executions of ``POST /v1/payments``, each paying an order of its
+  own, and PostgreSQL's ceiling for each command: pgbench running the
+  command's minimal transaction in the same rounds (tests/bench/ceiling.py),
+  printed as ``create / ceiling`` and ``payment / ceiling``;
+- the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment, timed
+  before the rounds with a Celery worker (the rounds run without one);
 - the guard's CPU against the unguarded view's, in one process, where the
   machine's drift cancels out (tests/bench/in_process.py);
 - what a hostile body of 1 MiB costs: parsing, fingerprinting and field
@@ -71,14 +76,19 @@ PAYMENT = {"orderId": "@N@", "amount": 3980, "currency": "RUB", "paymentMethod":
 
 def main() -> None:
     env, token = service.prepare(DATABASE)
-    # No Celery worker while the rounds run: it would charge their payments,
-    # on the same two cores as the loads it would then slow.
-    with service.serving(env, app="tests.bench.wsgi:application") as live:
-        bench = Bench(live.base_url, token)
-        bench.run()
-    service.purge_broker(env)
+    # Timed first, with a worker: after the rounds, their thousands of
+    # payments would be waiting to be charged ahead of these.
     with service.serving(env, celery=True, app="tests.bench.wsgi:application") as live:
-        Bench(live.base_url, token).payment_latency(20)
+        payment = Bench(live.base_url, token).payment_latencies(20)
+    # No Celery worker while the rounds run: it would charge their payments,
+    # on the same two cores as the loads it would then slow. Their messages
+    # are dropped after.
+    with service.serving(env, app="tests.bench.wsgi:application") as live:
+        Bench(live.base_url, token).run()
+    service.purge_broker(env)
+    print("payment (pm_card_ok), 202 to succeeded, 20 payments, before the rounds:")
+    print(f"  median {statistics.median(payment):7.1f} ms")
+    print(f"  max    {max(payment):7.1f} ms")
     guard_cpu(env, token)
     fixed_costs(env, token)
     list_cpu(env)
@@ -281,12 +291,6 @@ class Bench:
         body = json.dumps({**PAYMENT, "orderId": prefix + "@N@"})
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         return wrk.Load("POST", "/v1/payments", headers, body, fresh_keys=True, numbered=True)
-
-    def payment_latency(self, n: int) -> None:
-        to_succeeded = self.payment_latencies(n)
-        print(f"payment (pm_card_ok), 202 to succeeded, {n} payments:")
-        print(f"  median {statistics.median(to_succeeded):7.1f} ms")
-        print(f"  max    {max(to_succeeded):7.1f} ms")
 
     def retry_storm(self, first: wrk.Load, retry: wrk.Load) -> None:
         """First executions from 8 clients, alone and beside 8 clients replaying, by turns."""
