@@ -97,6 +97,8 @@ class Selected(Generic[M]):
         return self.model.from_db(db.alias, [f.attname for f in self.fields], converted)
 
 
+# One statement per set of names and list lengths: a list's length is
+# bounded by its caller (an order's SKUs by MAX_ITEMS), so these are few.
 @functools.cache
 def _where_sql(
     selected: Selected[Any], alias: str, shape: tuple[tuple[str, int | None], ...], lock: bool

@@ -86,6 +86,9 @@ class PlainInsert(Generic[M]):
         return _insert_sql(self, db.alias, db.vendor, rows)
 
 
+# One statement per model and number of rows: the callers' row counts are
+# bounded (an order's lines by MAX_ITEMS, an event's operations by the
+# tenant's endpoints), so these are few.
 @functools.cache
 def _insert_sql(
     insert: PlainInsert[Any], alias: str, vendor: str, rows: int
