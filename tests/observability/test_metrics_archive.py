@@ -296,8 +296,7 @@ class Driver:
 
     def kill_one(self, scraper: Scraper) -> None:
         with scraper.paused():
-            victim = min(self.server.workers())
-            self.server.kill(victim, signal.SIGKILL)
+            victim = self._kill_a_worker()
             wait_for(
                 self.server.workers,
                 lambda workers: victim not in workers,
@@ -307,6 +306,23 @@ class Driver:
         self.killed += 1
         # Its replacement, so that the next round does not kill again for one restart.
         self.server.wait_for_workers(2, other_than={victim})
+
+    def _kill_a_worker(self) -> int:
+        """SIGKILL a live worker, and return it.
+
+        A worker listed may end on its own before the signal: a scrape
+        answered as the scraper paused was the last of its requests. That
+        one was recycled, not killed: its replacement is awaited, and
+        another worker is killed.
+        """
+        while True:
+            victim = min(self.server.workers())
+            try:
+                self.server.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                self.server.wait_for_workers(2, other_than={victim})
+                continue
+            return victim
 
     def _count_new_workers(self) -> None:
         workers = self.server.workers()
