@@ -156,6 +156,17 @@ def test_make_run_serves_and_stops_everything_once(
         ).json()
         assert after["results"] == feed["results"][1:]
 
+        # Both workers up before the signal: one still booting has not
+        # installed its handler yet and ends by SIGTERM's default, quietly,
+        # where this test counts a warm shutdown from each.
+        wait_for(
+            lambda: len(re.findall(r"@\S+ ready\.", log.read_text())),
+            lambda ready: ready == 2,
+            STARTED_WITHIN_S,
+            interval=0.1,
+            what="both workers of make run ready",
+        )
+
         started = time.monotonic()
         stop(make)
         try:
