@@ -14,8 +14,9 @@ a. The table grows to 10^3, 10^4, 10^5 and 10^6 keys, filled in bulk with
    far less. A flat table is a ratio of 10^6 / 10^3 near 1.0.
 b. 10^6 more keys, all expired, are added, and the purge
    (``manage.py purge_idempotency_keys``, in its own process) deletes them
-   while wrk keeps creating orders. It prints the create p99 without and
-   during the purge, and the purge's duration.
+   while wrk keeps creating orders. It prints the create rate during the
+   purge as a share of its rate without, the create p99 without and during
+   the purge, and the purge's duration.
 
 gunicorn's worker recycling (``max_requests``) is turned off here: a worker
 restarting mid-run is a latency spike that has nothing to do with the key
@@ -421,7 +422,8 @@ def purge_under_load(
     assert match is not None, output
     deleted, purge_s = int(match[1]), float(match[2])
     print(
-        f"create p99: {quiet.p99_ms:.1f} ms without purge, {during.p99_ms:.1f} ms during purge"
+        f"create rate: {during.rate / quiet.rate:.2f} of its rate without purge;"
+        f" p99: {quiet.p99_ms:.1f} ms without purge, {during.p99_ms:.1f} ms during purge"
         f" (Y/X = {during.p99_ms / quiet.p99_ms:.2f})"
     )
     print(f"purge: {deleted:,} keys in {purge_s:.1f} s ({deleted / purge_s:,.0f} keys/s)")
