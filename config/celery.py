@@ -31,7 +31,7 @@ class _Consumer(Consumer):
     could notice a broker back from a 15 s outage only 5 s later, and a
     longer outage costs up to 30 s more. An attempt is one TCP connect: once
     a second costs nothing, and the work committed meanwhile goes out as
-    soon as the broker is back (operations.worker sweeps on connect).
+    soon as the broker is back (operations.sweep runs on connect).
     """
 
     def ensure_connected(self, conn: Connection) -> Connection:

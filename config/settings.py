@@ -229,7 +229,7 @@ OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=10)
 # worker that took it died, or the queue has moved past it (a worker has
 # received a message published this much later than it) or is empty while
 # it is still untaken this long after its publish
-# (operations.services.sweep_lost_operations). A message that merely waits
+# (operations.sweep.sweep_lost_operations). A message that merely waits
 # behind others in a backlog is never copied, however long it waits. Ten
 # seconds is far above the time a message takes to reach an idle worker and
 # above any difference between the clocks of the machines that publish

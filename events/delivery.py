@@ -41,6 +41,7 @@ from connecting to the answer's status, however slowly a receiver sends it
 the slots payments and refunds need.
 """
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import standardwebhooks
@@ -59,7 +60,13 @@ from operations import registry
 from operations.errors import Postponed, TransientFailure
 from operations.models import Operation
 from operations.registry import Failure
-from operations.services import fail_operation, finish_operation, publish_waiting
+from operations.services import (
+    fail_operation,
+    finish_operation,
+    oldest_waiting,
+    publish_waiting,
+    under_way,
+)
 
 logger = structlog.get_logger(__name__)
 
@@ -97,7 +104,7 @@ def _budget() -> int:
 # with the defaults (60 s, 8 attempts) the last attempt comes some two hours
 # after the first, which rides out a receiver's deploy or outage of that
 # length. Retries due in more than a minute wait in the database, not in a
-# worker (operations.services.LONGEST_COUNTDOWN).
+# worker (operations.attempts.LONGEST_COUNTDOWN).
 RETRY = registry.RetryPolicy(
     on=(Undelivered,),
     error=UNDELIVERED,
@@ -193,12 +200,28 @@ def _take(endpoint: WebhookEndpoint, operation: Operation) -> datetime:
         .update(busy_until=until, busy_by=operation.pk)
     )
     if not taken:
-        raise Postponed(_WAIT_FOR_RELEASE, unless=lambda: _is_free(endpoint.pk))
+        raise Postponed(_WAIT_FOR_RELEASE, awaiting=_EndpointFree(endpoint.pk))
     return until
 
 
-def _is_free(endpoint_id: str) -> bool:
-    return WebhookEndpoint.objects.filter(pk=endpoint_id, busy_until__isnull=True).exists()
+@dataclass(frozen=True)
+class _EndpointFree:
+    """What a delivery postponed behind its endpoint's other delivery waits for."""
+
+    endpoint_id: str
+
+    def came_free(self) -> bool:
+        return WebhookEndpoint.objects.filter(pk=self.endpoint_id, busy_until__isnull=True).exists()
+
+
+@dataclass(frozen=True)
+class _TenantSlotFree:
+    """What a delivery held back by its tenant's bound on attempts in flight waits for."""
+
+    tenant_id: int
+
+    def came_free(self) -> bool:
+        return tenant_slots.has_room(self.tenant_id)
 
 
 def _take_slot(delivery: Delivery, operation: Operation, hold: datetime) -> None:
@@ -223,7 +246,7 @@ def _take_slot(delivery: Delivery, operation: Operation, hold: datetime) -> None
     # sends a held delivery on, so the wait is only for a send that was lost.
     # A shorter one would poll every held delivery, a backlog's work
     # multiplied, while the tenant's receivers stay slow.
-    raise Postponed(_WAIT_FOR_RELEASE, unless=lambda: tenant_slots.has_room(delivery.tenant_id))
+    raise Postponed(_WAIT_FOR_RELEASE, awaiting=_TenantSlotFree(delivery.tenant_id))
 
 
 def _release(endpoint: WebhookEndpoint, hold: datetime, operation: Operation) -> None:
@@ -249,12 +272,12 @@ def _send_next(endpoint_id: str, tenant_id: int) -> None:
     waiting = _waiting_for(endpoint_id, tenant_id)
     if held is None:
         if waiting is not None:
-            publish_waiting(waiting)
+            publish_waiting(waiting.pk)
         return
     if waiting is not None:
-        Delivery.objects.filter(
-            pk=Operation.objects.filter(pk=waiting).values("result_id")[:1], held_at__isnull=True
-        ).update(held_at=timezone.now())
+        Delivery.objects.filter(pk=waiting.result_id, held_at__isnull=True).update(
+            held_at=timezone.now()
+        )
     publish_waiting(held)
 
 
@@ -272,38 +295,18 @@ def _oldest_held(tenant_id: int) -> str | None:
     )
     if delivery_id is None:
         return None
-    return (
-        Operation.objects.filter(
-            tenant=tenant_id,
-            kind=DELIVER_WEBHOOK,
-            status=Operation.Status.PROCESSING,
-            result_id=delivery_id,
-        )
-        .values_list("pk", flat=True)
-        .first()
-    )
+    operation = under_way(tenant_id=tenant_id, kind=DELIVER_WEBHOOK, result_id=delivery_id)
+    return None if operation is None else operation.pk
 
 
-def _waiting_for(endpoint_id: str, tenant_id: int) -> str | None:
+def _waiting_for(endpoint_id: str, tenant_id: int) -> Operation | None:
     """The operation of the endpoint's postponed delivery that has waited longest, if any."""
     now = timezone.now()
     # Postponed deliveries: pending, with no backoff still to wait out.
     due = Delivery.objects.filter(endpoint=endpoint_id, status=Delivery.Status.PENDING).filter(
         Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
     )
-    return (
-        Operation.objects.filter(
-            tenant=tenant_id,
-            kind=DELIVER_WEBHOOK,
-            status=Operation.Status.PROCESSING,
-            published_at__isnull=True,
-            claimed_until__isnull=True,
-            result_id__in=due.values("id"),
-        )
-        .order_by("republish_at")
-        .values_list("pk", flat=True)
-        .first()
-    )
+    return oldest_waiting(tenant_id=tenant_id, kind=DELIVER_WEBHOOK, result_ids=due.values("id"))
 
 
 def _post(delivery: Delivery) -> tuple[int | None, str]:

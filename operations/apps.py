@@ -11,9 +11,9 @@ class OperationsConfig(AppConfig):
         from observability.metrics import register_collector
         from observability.worker_metrics import register_series
         from operations.metrics import OperationsCollector, initialise_series
-        from operations.worker import OperationSweep
+        from operations.sweep import OperationSweep
 
         register_collector(OperationsCollector())
         register_series(initialise_series)
-        # Every worker of this process's Celery app sweeps (operations.worker).
+        # Every worker of this process's Celery app sweeps (operations.sweep).
         current_app.steps["consumer"].add(OperationSweep)

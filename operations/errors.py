@@ -1,12 +1,27 @@
 """What the operations layer raises, and what its handlers may raise to be retried."""
 
-from collections.abc import Callable
+from typing import Protocol
 
 from api.errors import NotFound
 
 
 class TransientFailure(Exception):
     """The work failed in a way that may pass: retry it later, unchanged."""
+
+
+class Awaited(Protocol):
+    """What a postponed attempt waits for (an endpoint, a tenant's slot), by name.
+
+    Whoever frees it publishes the operations that wait for it
+    (operations.services.publish_waiting), but could not yet see one that
+    was postponing itself at that moment. So once a postponement is
+    recorded, :meth:`came_free` is asked once: True, and the operation is
+    published at once rather than after its delay.
+    """
+
+    def came_free(self) -> bool:
+        """Whether what the attempt waited for is free now."""
+        ...
 
 
 class Postponed(Exception):
@@ -18,13 +33,10 @@ class Postponed(Exception):
     endpoint holds one worker at most.
     """
 
-    def __init__(self, delay: float, *, unless: Callable[[], bool] | None = None) -> None:
+    def __init__(self, delay: float, *, awaiting: Awaited | None = None) -> None:
         super().__init__(f"postponed for {delay:.1f} s")
         self.delay = delay
-        # Asked once the postponement is recorded: True if what the attempt
-        # waited for came free meanwhile (whoever freed it could not yet see
-        # this attempt waiting), and the operation is published at once.
-        self.unless = unless
+        self.awaiting = awaiting
 
 
 class NoSuchOperation(NotFound):

@@ -138,7 +138,7 @@ def count_ended(operation: Operation, status: str, error_code: str) -> None:
     OPERATIONS_ENDED.labels(operation.kind, status).inc()
     OPERATION_ATTEMPTS.labels(operation.kind, status).observe(operation.attempts)
     # Only an exhausted budget ends an operation with these codes
-    # (operations.services._give_up); a provider's refusal has its own.
+    # (operations.attempts); a provider's refusal has its own.
     if status == Operation.Status.FAILED and error_code in (
         registry.kind_of(operation).retry.error,
         INTERNAL_ERROR,

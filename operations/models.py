@@ -14,7 +14,7 @@ class Operation(models.Model):
     The command that starts it inserts the row in its own transaction and
     publishes the task after commit; the row, not the broker, is the source
     of truth, so a lost message is found again by the sweep
-    (:func:`operations.services.sweep_lost_operations`). ``status`` only
+    (:func:`operations.sweep.sweep_lost_operations`). ``status`` only
     moves forward (processing -> succeeded | failed), and every write of it
     is a compare-and-set on ``status='processing'``.
     """
@@ -41,15 +41,15 @@ class Operation(models.Model):
     error_message = models.CharField(max_length=500, blank=True)
     # Attempts claimed by a worker, the one under way included; at most
     # OPERATION_MAX_ATTEMPTS of them run the kind's handler
-    # (operations.services.attempt_operation).
+    # (operations.attempts.attempt_operation).
     attempts = models.PositiveIntegerField(default=0)
     # A worker holds the operation until then, and renews the lease while it
     # works; past it, a dead worker's operation can be claimed again.
     claimed_until = models.DateTimeField(null=True, blank=True)
     # When its newest message was published, the time that message carries
-    # (operations.services.PUBLISHED_AT_HEADER); None while no message of it
+    # (operations.outbox.PUBLISHED_AT_HEADER); None while no message of it
     # is out (its publish failed). The sweep judges by it whether the
-    # message is still queued or lost (operations.services.sweep_lost_operations).
+    # message is still queued or lost (operations.sweep.sweep_lost_operations).
     published_at = models.DateTimeField(null=True, blank=True)
     # Messages published for it: the first, one per retry, and one per copy
     # the sweep sent for a message presumed lost.

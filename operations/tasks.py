@@ -5,7 +5,7 @@ from typing import Any
 import structlog
 from celery import shared_task
 
-from operations import retention, services
+from operations import attempts, retention
 
 logger = structlog.get_logger(__name__)
 
@@ -16,15 +16,15 @@ def run_operation(*, operation_id: str, **kwargs: Any) -> None:
 
     Retries are not Celery's: the attempt itself sends the next one's
     message, so that the operation's row counts every attempt and every
-    message (operations.services.attempt_operation).
+    message (operations.attempts.attempt_operation).
     """
-    operation = services.claim_operation(operation_id)
+    operation = attempts.claim_operation(operation_id)
     if operation is None:
         return  # finished already, or another worker holds it
     structlog.contextvars.bind_contextvars(
         operation_id=operation.id, kind=operation.kind, attempt=operation.attempts
     )
-    services.attempt_operation(operation)
+    attempts.attempt_operation(operation)
 
 
 @shared_task

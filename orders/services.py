@@ -29,7 +29,7 @@ from api.plain_writes import PlainInsert
 from operations import registry
 from operations.models import Operation
 from operations.registry import Failure
-from operations.services import finish_operation, start_operation
+from operations.services import finish_operation, start_operation, under_way
 from orders import events
 from orders.errors import (
     AmountMismatch,
@@ -403,13 +403,8 @@ def _start_refund(order: Order) -> Operation:
 
     The caller holds the order's row lock.
     """
-    under_way = Operation.objects.filter(
-        tenant=order.tenant_id,
-        kind=REFUND_ORDER,
-        result_id=order.id,
-        status=Operation.Status.PROCESSING,
-    ).first()
-    return under_way or start_operation(tenant=order.tenant, kind=REFUND_ORDER, result_id=order.id)
+    refund = under_way(tenant_id=order.tenant_id, kind=REFUND_ORDER, result_id=order.id)
+    return refund or start_operation(tenant=order.tenant, kind=REFUND_ORDER, result_id=order.id)
 
 
 def settle_refund(operation: Operation, failure: Failure) -> None:

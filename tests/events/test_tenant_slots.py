@@ -26,9 +26,9 @@ from events import tenant_slots
 from events.delivery import _send_next as send_next
 from events.delivery import deliver, give_up
 from events.models import Delivery, DeliverySlot
+from operations.attempts import claim_operation
 from operations.models import Operation
 from operations.registry import Failure
-from operations.services import claim_operation
 from tests.support.concurrency import run_concurrently
 from tests.support.http import Api
 from tests.support.receiver import hostile, receiving

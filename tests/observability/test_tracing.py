@@ -27,8 +27,8 @@ from pytest_django import Settings
 from observability.logging import json_formatter
 from observability.tracing import current_trace_id, parse_traceparent
 from operations.models import Operation
+from operations.outbox import publish
 from operations.registry import default_queue
-from operations.services import publish
 from provider.gateway import ProviderResult
 from provider.simulator import SimulatedProvider
 from tests.support.concurrency import FinishedOperation

@@ -16,14 +16,11 @@ from pytest_django import Settings
 from accounts.models import Tenant
 from observability.logging import json_formatter
 from operations import registry
+from operations.attempts import claim_operation
 from operations.errors import TransientFailure
 from operations.models import Operation
-from operations.services import (
-    claim_operation,
-    finish_operation,
-    start_operation,
-    sweep_lost_operations,
-)
+from operations.services import finish_operation, start_operation
+from operations.sweep import sweep_lost_operations
 from operations.tasks import run_operation
 from tests.support.concurrency import FinishedOperation
 

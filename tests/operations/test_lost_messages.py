@@ -18,10 +18,10 @@ from django.utils import timezone
 from pytest_django import Settings
 
 from config.celery import app
+from operations.attempts import claim_operation
 from operations.models import Operation
 from operations.registry import default_queue
-from operations.services import claim_operation, sweep_lost_operations
-from operations.worker import OperationSweep
+from operations.sweep import OperationSweep, sweep_lost_operations
 from provider.models import LedgerEntry
 from tests.support.concurrency import FinishedOperation, running_worker
 from tests.support.http import Api, body_of, payment_body

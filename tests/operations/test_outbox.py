@@ -10,9 +10,11 @@ from django.utils import timezone
 from pytest_django import Settings
 
 from config.celery import app
+from operations.attempts import claim_operation, lease_kept
 from operations.models import Operation
+from operations.outbox import publish
 from operations.registry import default_queue
-from operations.services import claim_operation, lease_kept, publish, sweep_lost_operations
+from operations.sweep import sweep_lost_operations
 from provider.models import LedgerEntry
 from tests.support.concurrency import FinishedOperation, run_concurrently, running_worker
 from tests.support.http import Api, body_of, payment_body

@@ -17,8 +17,8 @@ from django.test import Client
 from pytest_django import Settings
 
 from events.models import Event
+from operations.attempts import claim_operation
 from operations.models import Operation
-from operations.services import claim_operation
 from operations.tasks import run_operation
 from orders.models import Order, Payment
 from provider.models import LedgerEntry

@@ -8,7 +8,7 @@ from operations import registry
 from operations.errors import NoSuchOperation, NotSettled, StillUnanswered
 from operations.models import Operation
 from operations.selectors import age, most_attempted, oldest_processing, tallies, unsettled
-from operations.services import settle_operation
+from operations.settling import settle_operation
 
 
 def _duration(seconds: float) -> str:
