@@ -11,11 +11,11 @@ from celery.worker.consumer import Consumer
 from kombu.connection import Connection
 
 from observability import worker_metrics
+from observability.exporting import export_if_configured
 from observability.tracing import (
     TRACE_ID_HEADER,
     TRACEPARENT_HEADER,
     bind_trace_id,
-    export_if_configured,
     flush_spans,
     reset_trace_id,
     trace_id_of_message,

@@ -4,7 +4,7 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 from api.middleware import WholeBodyMiddleware
-from observability.tracing import export_if_configured
+from observability.exporting import export_if_configured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 

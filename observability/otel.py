@@ -1,6 +1,6 @@
 """OpenTelemetry: spans of requests, tasks, queries and provider calls, exported over OTLP/HTTP.
 
-Imported only when an OTLP endpoint is set (observability.tracing.
+Imported only when an OTLP endpoint is set (observability.exporting.
 export_if_configured); the SDK reads everything else from its own
 variables (``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_TRACES_SAMPLER``,
 ``OTEL_PYTHON_DJANGO_EXCLUDED_URLS``...). The instrumentations continue the

@@ -8,13 +8,12 @@ tasks the request publishes: their messages carry its id and a
 (config/celery.py).
 
 Spans are exported only when OpenTelemetry is configured
-(:func:`export_if_configured`, observability/otel.py). Until then nothing
+(observability.exporting, observability/otel.py). Until then nothing
 of OpenTelemetry is imported, and :func:`span` costs a function call.
 """
 
 import contextlib
 import contextvars
-import os
 import re
 import secrets
 import uuid
@@ -24,7 +23,7 @@ from typing import NamedTuple, Protocol
 _trace_id: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="")
 
 # The message header that carries the trace id of the request that
-# published the message (operations.services.publish).
+# published the message (operations.outbox.publish).
 TRACE_ID_HEADER = "trace_id"
 TRACEPARENT_HEADER = "traceparent"
 
@@ -192,25 +191,3 @@ def flush_spans() -> None:
     """Export the spans still buffered: before a process that may skip atexit ends."""
     if _backend is not None:
         _backend.flush()
-
-
-# OpenTelemetry's own variables, read as its SDK reads them: the SDK itself
-# takes the endpoint, headers, service name and the rest from them.
-_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-
-
-def export_if_configured(*, django: bool) -> bool:
-    """Export this process's spans over OTLP/HTTP if an endpoint is set; whether it does.
-
-    Called once per process that serves, after any fork: the exporter's
-    thread and connections would not survive one. ``django``: instrument
-    the request handling too (web processes; a worker serves no request).
-    """
-    if not any(os.environ.get(name) for name in _ENDPOINT_VARIABLES):
-        return False
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    from observability.otel import configure
-
-    configure(django=django)
-    return True

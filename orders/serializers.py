@@ -14,7 +14,7 @@ from operations.serializers import operation_path
 from orders.inputs import NewOrder, NewPayment, OrderLine
 from orders.links import order_path, payment_path
 from orders.models import ORDER_ID_MAX_LENGTH, Order, OrderItem, Payment
-from provider.gateway import get_gateway
+from provider.configured import get_gateway
 
 MAX_ITEMS = 100
 MAX_QTY = 1000

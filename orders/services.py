@@ -47,7 +47,8 @@ from orders.links import order_path, payment_path
 from orders.locks import lock_order
 from orders.models import Order, OrderItem, Payment, Product
 from orders.selectors import orders_of
-from provider.gateway import ProviderResult, ProviderUnavailable, get_gateway
+from provider.configured import get_gateway
+from provider.gateway import ProviderResult, ProviderUnavailable
 
 # Every first execution inserts an order and its lines: as plain SQL
 # written once (api/plain_writes.py says what that saves).

@@ -74,13 +74,3 @@ class PaymentGateway(Protocol):
         :raises ProviderUnavailable: the provider could not say.
         """
         ...
-
-
-def get_gateway() -> PaymentGateway:
-    """The configured provider (``PAYMENT_GATEWAY``, a dotted path to a class), observed."""
-    from django.conf import settings
-    from django.utils.module_loading import import_string
-
-    from provider.observed import ObservedGateway
-
-    return ObservedGateway(import_string(settings.PAYMENT_GATEWAY)())

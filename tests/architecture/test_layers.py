@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import grimp
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,24 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    # Within a layer too: a circle is two modules that cannot be read, or
+    # changed, one without the other. An import inside a function (to dodge
+    # the import-time error a circle raises) counts as any other.
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "root_packages"
+    ]
+    graph = grimp.build_graph(*packages, include_external_packages=False)
+    circles = {
+        tuple(sorted((module, imported)))
+        for module in graph.modules
+        for imported in graph.find_modules_directly_imported_by(module)
+        if graph.find_shortest_chain(importer=imported, imported=module) is not None
+    }
+
+    assert circles == set()
 
 
 def test_every_package_of_the_project_has_a_layer() -> None:
