@@ -5,8 +5,8 @@ The numbers are settings (``IDEMPOTENCY_KEY_TTL``, ``IDEMPOTENCY_WAIT``,
 what it is). This module is the one place that reads them for the rest of
 the code and phrases them for people, so that the protocol
 (idempotency/commands.py and its statements), the ``Retry-After`` of a key
-in progress, the OpenAPI descriptions (idempotency/schema.py and the key
-look-up's, idempotency/views.py) and the README (checked by a test) cannot
+in progress, the OpenAPI descriptions (idempotency/schema.py) and the
+README (checked by a test) cannot
 drift apart when a default or a deployment's value changes.
 """
 
