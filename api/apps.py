@@ -12,7 +12,7 @@ class ApiConfig(AppConfig):
     verbose_name = "HTTP API layer"
 
     def ready(self) -> None:
-        from api import openapi  # noqa: F401 - registers the schema extensions
+        from api.openapi import problems, strict  # noqa: F401 - registers the schema extensions
         from observability.health import ReadinessCollector
         from observability.metrics import register_collector
 

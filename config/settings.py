@@ -453,8 +453,8 @@ from 1 to 200 (default 50).
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "api.openapi.camel_case_path_parameters",
-        "api.openapi.require_every_output_field",
+        "api.openapi.hooks.camel_case_path_parameters",
+        "api.openapi.hooks.require_every_output_field",
         "idempotency.schema.describe_policy",
         "orders.schema.add_links",
         "events.schema.add_webhook_headers",

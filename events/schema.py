@@ -16,17 +16,9 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 
-from api.openapi import (
-    CURSOR,
-    INVALID_LIST_QUERY,
-    PAGE_SIZE,
-    Refusal,
-    cursor_page,
-    not_found,
-    path_id,
-    read_schema,
-    validation_error,
-)
+from api.openapi.parameters import CURSOR, INVALID_LIST_QUERY, PAGE_SIZE, cursor_page, path_id
+from api.openapi.problems import Refusal, not_found, validation_error
+from api.openapi.reads import read_schema
 from events import registry
 from events.addresses import LOOKUPS_PER_TENANT, RESOLVE_RETRY_AFTER_SECONDS, RESOLVE_TIMEOUT
 from events.errors import TooManyWebhookEndpoints, WebhookHostUnresolved

@@ -37,26 +37,27 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 
 from api.errors import DATABASE_RETRY_AFTER_SECONDS, InternalError, ServiceUnavailable
-from api.openapi import (
+from api.openapi.parameters import (
+    PRECONDITION_FAILED,
+    REQUEST_ID,
+    WWW_AUTHENTICATE,
+    if_match_parameter,
+    location_header,
+    retry_after_header,
+)
+from api.openapi.problems import (
     AUTHENTICATION_FAILED,
     MALFORMED_JSON,
     NOT_ACCEPTABLE,
     NOT_AUTHENTICATED,
     PAYLOAD_TOO_LARGE,
-    PRECONDITION_FAILED,
-    REQUEST_ID,
     THROTTLED,
     UNSUPPORTED_MEDIA_TYPE,
     URI_TOO_LONG,
-    WWW_AUTHENTICATE,
-    Decorator,
     Refusal,
-    if_match_parameter,
-    location_header,
     problem_responses,
-    read_schema,
-    retry_after_header,
 )
+from api.openapi.reads import Decorator, read_schema
 from idempotency import policy
 from idempotency.errors import (
     IdempotencyKeyConflict,

@@ -2,7 +2,9 @@
 
 from drf_spectacular.utils import OpenApiResponse
 
-from api.openapi import not_found, path_id, read_schema
+from api.openapi.parameters import path_id
+from api.openapi.problems import not_found
+from api.openapi.reads import read_schema
 from operations.polling import RULE
 from operations.serializers import OperationOutput
 

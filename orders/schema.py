@@ -3,26 +3,16 @@
 One decorator per endpoint (the views wear them), with each endpoint's
 answers, refusals and examples, and the links between the endpoints'
 answers. The examples of refusals are rendered from the real errors
-(api.openapi.Refusal), and every command gets the idempotency layer's
+(api.openapi.problems.Refusal), and every command gets the idempotency layer's
 part from :func:`idempotency.schema.command_schema`.
 """
 
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
-from api.openapi import (
-    CURSOR,
-    INVALID_LIST_QUERY,
-    PAGE_SIZE,
-    Links,
-    Refusal,
-    cursor_page,
-    link,
-    links_hook,
-    not_found,
-    path_id,
-    read_schema,
-    validation_error,
-)
+from api.openapi.hooks import Links, link, links_hook
+from api.openapi.parameters import CURSOR, INVALID_LIST_QUERY, PAGE_SIZE, cursor_page, path_id
+from api.openapi.problems import Refusal, not_found, validation_error
+from api.openapi.reads import read_schema
 from idempotency.schema import MismatchDetails, command_schema
 from orders.errors import (
     AmountMismatch,

@@ -16,12 +16,12 @@ from pytest_django import Settings
 from rest_framework import serializers
 from rest_framework.views import APIView
 
-from api.openapi import PYTHON_WHITESPACE, default_serializer_schema
+from api.openapi.strict import PYTHON_WHITESPACE, default_serializer_schema
 from idempotency import schema as command_schemas
 from idempotency.schema import NOT_STORED, STORED, STORED_ANSWERS, all_stored_answers
 
 COMMAND_METHODS = ("post", "put", "patch", "delete")
-# Each problem response has its component (api.openapi.problem_responses).
+# Each problem response has its component (api.openapi.problems.problem_responses).
 PROBLEM_REF = re.compile(r"#/components/schemas/\w+Problem")
 # Every URL a page names, whatever the attribute or script that names it.
 ABSOLUTE_URL = re.compile(r"""(?:https?:)?//([^/\s"'<>)]+)""", re.IGNORECASE)
@@ -331,7 +331,7 @@ def test_the_white_space_of_string_patterns_is_what_drf_trims() -> None:
     assert trimmed == {chr(c) for c in range(0x110000) if pattern.fullmatch(chr(c))}
 
 
-# --- The one private call into drf-spectacular (api.openapi.default_serializer_schema) ---
+# --- The one private call into drf-spectacular (api.openapi.strict.default_serializer_schema) ---
 
 
 class TwoMembers(serializers.Serializer[Any]):
