@@ -70,6 +70,14 @@ from order_service_client.errors import (
     ValidationFailed,
     error_from_response,
 )
+from order_service_client.inbox import (
+    DEFAULT_INBOX_LEASE,
+    DEFAULT_INBOX_RETENTION,
+    DeliveryInProgress,
+    Inbox,
+    MemoryInbox,
+    SQLiteInbox,
+)
 from order_service_client.keys import (
     DEFAULT_RETENTION,
     KeyStore,
@@ -80,13 +88,7 @@ from order_service_client.keys import (
 )
 from order_service_client.retry import FAILOVER_GOAL_S, RetryEvent, RetryPolicy
 from order_service_client.webhooks import (
-    DEFAULT_INBOX_LEASE,
-    DEFAULT_INBOX_RETENTION,
     DEFAULT_WEBHOOK_TOLERANCE,
-    DeliveryInProgress,
-    Inbox,
-    MemoryInbox,
-    SQLiteInbox,
     WebhookEvent,
     WebhookVerificationFailed,
     WebhookVerifier,
