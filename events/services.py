@@ -58,8 +58,10 @@ _EVENTS = PlainInsert(Event, computed={"txid": _txid})
 _ENDPOINTS = Selected.of(WebhookEndpoint, "e", "id", "event_types")
 
 
-def record_event(*, tenant: Tenant, type: str, resource: str, data: Mapping[str, Any]) -> Event:
-    """Record that ``type`` happened to ``resource``, and deliver it to the endpoints subscribed.
+def record_event(
+    *, tenant: Tenant, event_type: str, resource: str, data: Mapping[str, Any]
+) -> Event:
+    """Record that ``event_type`` happened to ``resource``; deliver it to the endpoints subscribed.
 
     Call it in the effect's transaction. Two queries, and two more when an
     endpoint receives the event (the deliveries, and their operations).
@@ -68,14 +70,14 @@ def record_event(*, tenant: Tenant, type: str, resource: str, data: Mapping[str,
         caller's compare-and-set should have found the effect made).
     """
     with transaction.atomic(savepoint=False):
-        event = Event(tenant=tenant, type=type, resource=resource, data=data)
+        event = Event(tenant=tenant, type=event_type, resource=resource, data=data)
         _EVENTS.insert(event)
         receivers = [
             endpoint
             for endpoint in _ENDPOINTS.where(
                 tenant=tenant.pk, status=WebhookEndpoint.Status.ENABLED
             )
-            if endpoint.receives(type)
+            if endpoint.receives(event_type)
         ]
         if receivers:
             deliveries = Delivery.objects.bulk_create(
@@ -142,7 +144,9 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
-ENDPOINT_DISABLED = "The endpoint was disabled before the event was delivered."
+# The last error of a delivery ended by disabling its endpoint, for people;
+# its operation ends with the code events.delivery.ENDPOINT_DISABLED.
+DISABLED_BEFORE_DELIVERY = "The endpoint was disabled before the event was delivered."
 
 
 def disable_endpoint(*, tenant: Tenant, endpoint_id: str) -> WebhookEndpoint:
@@ -167,7 +171,7 @@ def disable_endpoint(*, tenant: Tenant, endpoint_id: str) -> WebhookEndpoint:
         # Their operations find them ended, and end too (events.delivery).
         Delivery.objects.filter(endpoint=endpoint, status=Delivery.Status.PENDING).update(
             status=Delivery.Status.FAILED,
-            last_error=ENDPOINT_DISABLED,
+            last_error=DISABLED_BEFORE_DELIVERY,
             next_attempt_at=None,
             updated_at=timezone.now(),
         )

@@ -28,11 +28,13 @@ class InvalidOrderId(ApplicationError):
     default_message = "The order id in the path is not one a client may choose; see details."
 
 
-class OrderNotFound(ApplicationError):
+class UnknownOrder(ApplicationError):
     """An ``orderId`` in a request body names no order of the caller's tenant.
 
-    ``422``, not ``404``: the URL names a resource that exists (the payments
-    collection); it is the body that cannot be processed.
+    ``422 OrderNotFound``, not ``404``: the URL names a resource that exists
+    (the payments collection); it is the body that cannot be processed. So
+    it is named as the body's other unknown names are (:class:`UnknownSku`),
+    apart from :class:`NoSuchOrder`, an order id in the path (``404``).
     """
 
     status_code = 422

@@ -67,7 +67,7 @@ def orders_from_rows(
 def order_of(order: Order) -> dict[str, Any]:
     """``OrderOutput(order).data`` of an order whose ``lines`` and ``payment_ids`` are current.
 
-    What a command answers and its event carries (orders/events.py): with
+    What a command answers and its event carries (orders/domain_events.py): with
     OrderOutput, building its fields and those of its lines cost a first
     execution of ``POST /v1/orders`` 0.6 ms of Python for each of the two
     (docs/SCALING.md). tests/orders/test_rendering.py holds it to OrderOutput.

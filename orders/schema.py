@@ -19,9 +19,9 @@ from orders.errors import (
     CurrencyMismatch,
     OrderAlreadyExists,
     OrderAlreadyPaid,
-    OrderNotFound,
     OrderStateConflict,
     PaymentInProgress,
+    UnknownOrder,
     UnknownSku,
 )
 from orders.models import ORDER_ID_PATTERN
@@ -219,7 +219,7 @@ create_payment = command_schema(
             "the currency is not the order's.",
         ),
         Refusal(
-            OrderNotFound(details={"orderId": "ord_3k9x0c2m5q8w1e4r7t6y0u2i9"}),
+            UnknownOrder(details={"orderId": "ord_3k9x0c2m5q8w1e4r7t6y0u2i9"}),
             "the `orderId` names no order of your tenant.",
         ),
     ],

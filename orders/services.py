@@ -30,16 +30,16 @@ from operations import registry
 from operations.models import Operation
 from operations.registry import Failure
 from operations.services import finish_operation, start_operation, under_way
-from orders import events
+from orders import domain_events
 from orders.errors import (
     AmountMismatch,
     CurrencyMismatch,
     NoSuchOrder,
     OrderAlreadyExists,
     OrderAlreadyPaid,
-    OrderNotFound,
     OrderStateConflict,
     PaymentInProgress,
+    UnknownOrder,
     UnknownSku,
 )
 from orders.inputs import NewOrder, NewPayment
@@ -179,7 +179,7 @@ def _place(*, tenant: Tenant, new_order: NewOrder, order_id: str | None) -> Orde
     _LINES.insert(*lines)
     order.lines = lines
     order.payment_ids = []
-    events.order_event(events.ORDER_CREATED, order)
+    domain_events.order_event(domain_events.ORDER_CREATED, order)
     return order
 
 
@@ -247,7 +247,7 @@ def cancel_order(
         order.status = Order.Status.CANCELLED
         order.cancel_reason = reason
         order.save(update_fields=["status", "cancel_reason", "updated_at"])
-        events.order_event(events.ORDER_CANCELLED, order)
+        domain_events.order_event(domain_events.ORDER_CANCELLED, order)
     return Cancellation(order=order)
 
 
@@ -257,7 +257,7 @@ def cancel_order(
 def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, Operation]:
     """Record a payment and the operation that will charge it.
 
-    :raises OrderNotFound: no such order in this tenant.
+    :raises UnknownOrder: no such order in this tenant.
     :raises OrderStateConflict: the order is cancelled.
     :raises OrderAlreadyPaid: the order is paid.
     :raises PaymentInProgress: another payment of the order is processing.
@@ -267,7 +267,7 @@ def start_payment(*, tenant: Tenant, new_payment: NewPayment) -> tuple[Payment, 
     with transaction.atomic(savepoint=False):
         order = lock_order(tenant=tenant.pk, id=new_payment.order_id)
         if order is None:
-            raise OrderNotFound(details={"orderId": new_payment.order_id})
+            raise UnknownOrder(details={"orderId": new_payment.order_id})
         if order.status == Order.Status.CANCELLED:
             raise OrderStateConflict("A cancelled order cannot be paid.")
         if order.status == Order.Status.PAID:
@@ -393,8 +393,10 @@ def _record_charge(
                 status=Order.Status.PAID, updated_at=now
             )
         if ended:
-            events.payment_event(
-                events.PAYMENT_SUCCEEDED if result.succeeded else events.PAYMENT_FAILED,
+            domain_events.payment_event(
+                domain_events.PAYMENT_SUCCEEDED
+                if result.succeeded
+                else domain_events.PAYMENT_FAILED,
                 payment.pk,
             )
 
@@ -506,8 +508,8 @@ def _record_refund(
         Order.objects.filter(pk=payment.order_id).update(
             status=Order.Status.CANCELLED, updated_at=now
         )
-        events.payment_event(events.PAYMENT_REFUNDED, payment.pk)
-        events.order_event_by_key(events.ORDER_CANCELLED, payment.order_id)
+        domain_events.payment_event(domain_events.PAYMENT_REFUNDED, payment.pk)
+        domain_events.order_event_by_key(domain_events.ORDER_CANCELLED, payment.order_id)
 
 
 def _finish(

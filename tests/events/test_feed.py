@@ -80,7 +80,7 @@ def test_the_database_holds_one_event_per_effect(api: Api, order_body: dict[str,
     with pytest.raises(IntegrityError):
         record_event(
             tenant=api.principal.tenant,
-            type="order.created",
+            event_type="order.created",
             resource=f"/v1/orders/{order['id']}",
             data={},
         )

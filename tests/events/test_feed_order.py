@@ -34,7 +34,10 @@ def test_an_event_waits_for_the_transactions_older_than_its_own(
         try:
             with transaction.atomic():
                 record_event(
-                    tenant=tenant, type="order.created", resource="/v1/orders/ord_slow", data={}
+                    tenant=tenant,
+                    event_type="order.created",
+                    resource="/v1/orders/ord_slow",
+                    data={},
                 )
                 written.set()
                 assert release.wait(30)

@@ -43,7 +43,7 @@ def order_event(event_type: str, order: Order) -> None:
     """``event_type`` of ``order``, whose ``lines`` and ``payment_ids`` are current."""
     record_event(
         tenant=order.tenant,
-        type=event_type,
+        event_type=event_type,
         resource=order_path(order.id),
         data=order_of(order),
     )
@@ -64,7 +64,7 @@ def payment_event(event_type: str, payment_id: str) -> None:
     payment = Payment.objects.select_related("order", "tenant").get(pk=payment_id)
     record_event(
         tenant=payment.tenant,
-        type=event_type,
+        event_type=event_type,
         resource=payment_path(payment.id),
         data=PaymentOutput(payment).data,
     )
