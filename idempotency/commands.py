@@ -63,9 +63,9 @@ NO_QUERY_STRING = "A command takes no query string: send its parameters in the b
 ReplayHook = Callable[[IdempotencyKey, HttpResponse], HttpResponse]
 V = TypeVar("V", bound=APIView)
 P = ParamSpec("P")
-# A view method as declared, and as guarded (a replay is a plain HttpResponse).
+# A view method as declared, and as idempotent (a replay is a plain HttpResponse).
 View: TypeAlias = Callable[Concatenate[V, Request, P], Response]
-Guarded: TypeAlias = Callable[Concatenate[V, Request, P], HttpResponse]
+CommandView: TypeAlias = Callable[Concatenate[V, Request, P], HttpResponse]
 # A claim: our new row's id, and the row of the principal's total (quota.py) it adds to.
 _Claim: TypeAlias = tuple[int, statements.Row]
 
@@ -82,22 +82,22 @@ class Command:
 
 
 @overload
-def idempotent_command(view_method: View[V, P]) -> Guarded[V, P]: ...
+def idempotent_command(view_method: View[V, P]) -> CommandView[V, P]: ...
 @overload
 def idempotent_command(
     *, on_replay: ReplayHook | None
-) -> Callable[[View[V, P]], Guarded[V, P]]: ...
+) -> Callable[[View[V, P]], CommandView[V, P]]: ...
 def idempotent_command(
     view_method: View[V, P] | None = None, *, on_replay: ReplayHook | None = None
-) -> Guarded[V, P] | Callable[[View[V, P]], Guarded[V, P]]:
+) -> CommandView[V, P] | Callable[[View[V, P]], CommandView[V, P]]:
     """Make a DRF view method an idempotent command (docs/SPECIFICATION.md §3).
 
     ``on_replay(record, response)`` may amend a replay: asynchronous commands report progress.
     """
 
-    def decorate(method: View[V, P]) -> Guarded[V, P]:
+    def decorate(method: View[V, P]) -> CommandView[V, P]:
         @functools.wraps(method)
-        def guard(view: V, request: Request, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        def handle(view: V, request: Request, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
             def execute() -> HttpResponse:
                 response = method(view, request, *args, **kwargs)
                 response = view.finalize_response(request, response, *args, **kwargs)
@@ -124,8 +124,8 @@ def idempotent_command(
                 )
             return response
 
-        guard.idempotent_command = True  # type: ignore[attr-defined]
-        return guard
+        handle.idempotent_command = True  # type: ignore[attr-defined]
+        return handle
 
     return decorate(view_method) if view_method is not None else decorate
 

@@ -82,7 +82,7 @@ from idempotency.models import IdempotencyKey, StorageUsage
 # 1,043 B a key of tables, indexes and TOAST, of which 488 B were values.
 ROW_OVERHEAD_BYTES = 560
 # The largest answer a key stores, and the largest refusal (4xx): the
-# guard answers a command whose answer exceeds them 500 (idempotency/commands.py).
+# protocol answers a command whose answer exceeds them 500 (idempotency/commands.py).
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_REFUSAL_BYTES = 8 * 1024
 # Content-Type, Location and Retry-After, as the answer's headers store them.

@@ -1,6 +1,6 @@
-"""The guard's three statements as they go over the wire, and what each trick in them bought.
+"""The protocol's three statements as they go over the wire, and what each trick in them bought.
 
-The protocol (idempotency/commands.py) says what the guard does; this
+The protocol (idempotency/commands.py) says what the protocol does; this
 module says how it reaches the database, through three calls:
 
 - :func:`find`: a key's answered record with its answer, one indexed read;
@@ -18,8 +18,8 @@ The claim's ``ON CONFLICT DO NOTHING … RETURNING`` and the total's
 insert that skips a taken key, nor an upsert that adds. Everything else
 below is a speed trick, not a guarantee, and each comes out without
 touching the protocol. The figures are docs/SCALING.md's ("Where the time
-goes", "What the guard's cost is made of", "Retries and reads"): the ratio
-is the unguarded command's CPU over the guarded one's, in one process.
+goes", "What the protocol's cost is made of", "Retries and reads"): the ratio
+is the bare command's CPU over the idempotent one's, in one process.
 
 1. Plain SQL written once per backend from the models' names
    (:func:`_claim_sql`, :func:`_answer_sql`, :func:`_usage_sql`,
@@ -29,7 +29,7 @@ is the unguarded command's CPU over the guarded one's, in one process.
    run the queryset its docstring names; from the store, insert the answer
    with ``answer.save(force_insert=True)``.
 2. Plain values bound (:func:`_bound`): with the store by the claim's id,
-   the guard's Python went "from 0.66-0.78 ms to 0.49-0.68 ms a command",
+   the protocol's Python went "from 0.66-0.78 ms to 0.49-0.68 ms a command",
    the ratio from 0.81-0.82 to 0.83. To remove it, take the non-PostgreSQL
    branch of :func:`_bound` on every backend and drop the ``::jsonb`` casts.
 3. The transaction's ``BEGIN`` sent with the claim and its ``COMMIT`` with
@@ -46,7 +46,7 @@ is the unguarded command's CPU over the guarded one's, in one process.
    58 µs of Python already). To remove it, execute them in a query of
    their own before the claim.
 5. The store's two statements in one query: one round trip, not two
-   (each of the guard's round trips some 2.5 points, half the 5 above);
+   (each of the protocol's round trips some 2.5 points, half the 5 above);
    with the total in the store's query, the storage bound took the ratio
    "from 0.87 to 0.85". To remove it, take the non-PostgreSQL branch of
    :func:`store`.
@@ -194,14 +194,14 @@ def store(cursor: CursorWrapper, answer: Row, usage: Row, *, ends_transaction: b
 def _send(
     cursor: CursorWrapper, sql: str, values: list[Any], *, commits: bool = False
 ) -> tuple[Any, ...] | None:
-    """Execute one of the guard's statements, with its transaction's BEGIN or COMMIT.
+    """Execute one of the protocol's statements, with its transaction's BEGIN or COMMIT.
 
     Outside autocommit, psycopg sends ``BEGIN`` before the first statement
     of a transaction, and ``atomic()`` sends ``COMMIT`` at the end of its
     outermost block: a round trip each, besides the statements'. The claim
     is the first statement of a command's transaction and the store its
     last, so on PostgreSQL they send ``BEGIN; INSERT …`` and
-    ``INSERT …; COMMIT``, each one query and one round trip: the guard adds
+    ``INSERT …; COMMIT``, each one query and one round trip: the protocol adds
     two statements to a first execution and no round trip of its own.
     Where a condition below does not hold, the statement is sent alone and
     psycopg and Django do as usual.
@@ -212,7 +212,7 @@ def _send(
       inside the open transaction block that is all it would do, and
       ``atomic()`` sets autocommit back on at the block's end anyway. The
       block's ``COMMIT`` or ``ROLLBACK`` still ends the transaction.
-    - ``COMMIT`` goes with the store when the guard's block is the
+    - ``COMMIT`` goes with the store when the protocol's block is the
       outermost: nothing runs between the store and the block's end, so
       ``atomic()`` then finds the transaction over and psycopg sends
       nothing more. A ``COMMIT`` that fails (a serialization failure, a

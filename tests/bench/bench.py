@@ -2,13 +2,13 @@
 
 Starts the service as deployed (gunicorn and a Celery worker) on a
 PostgreSQL database of its own and the Redis broker, with one endpoint
-more (tests/bench/urls.py): ``POST /bench/unguarded/orders``, the same
-create-order view without the idempotency guard. Then it measures, with
+more (tests/bench/urls.py): ``POST /bench/bare/orders``, the same
+create-order view without the idempotency protocol. Then it measures, with
 wrk driving 16 connections, in rounds that interleave the four loads so
 that a drift of the machine spreads over all of them:
 
 - first executions of ``POST /v1/orders`` (a fresh key each) against the
-  same requests unguarded: what the guard costs where it matters, since
+  same requests bare: what the protocol costs where it matters, since
   almost every command is a first execution;
 - replays of one ``POST /v1/orders`` against first executions, and against
   reads of the same order, ``GET /v1/orders/{id}``;
@@ -23,7 +23,7 @@ that a drift of the machine spreads over all of them:
   printed as ``create / ceiling`` and ``payment / ceiling``;
 - the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment, timed
   before the rounds with a Celery worker (the rounds run without one);
-- the guard's CPU against the unguarded view's, in one process, where the
+- the protocol's CPU against the bare view's, in one process, where the
   machine's drift cancels out (tests/bench/in_process.py);
 - what a hostile body of 1 MiB costs: parsing, fingerprinting and field
   digests in this process for each shape of tests/support/hostile_bodies.py,
@@ -65,7 +65,7 @@ STORM_ROUNDS = int(os.environ.get("BENCH_STORM_ROUNDS", "10"))
 # The loads whose ratio matters most run side by side in each round; a
 # command's ceiling (tests/bench/ceiling.py) beside the command.
 _GROUPS = (
-    ("guarded", "unguarded", "create ceiling"),
+    ("idempotent", "bare", "create ceiling"),
     ("replay", "read"),
     ("payment", "payment ceiling"),
 )
@@ -89,27 +89,27 @@ def main() -> None:
     print("payment (pm_card_ok), 202 to succeeded, 20 payments, before the rounds:")
     print(f"  median {statistics.median(payment):7.1f} ms")
     print(f"  max    {max(payment):7.1f} ms")
-    guard_cpu(env, token)
+    protocol_cpu(env, token)
     fixed_costs(env, token)
     list_cpu(env)
     with service.serving(env, app="tests.bench.wsgi:application") as live:
         Bench(live.base_url, token).hostile_bodies()
 
 
-def guard_cpu(env: dict[str, str], token: str) -> None:
+def protocol_cpu(env: dict[str, str], token: str) -> None:
     cpu = in_process.measure(env, token, ORDER)
-    print("the guard's CPU in one process, requests alternating (tests/bench/in_process.py):")
+    print("the protocol's CPU in one process, requests alternating (tests/bench/in_process.py):")
     print(
-        f"  first execution  {cpu.guarded_python_ms:5.2f} ms Python"
-        f"  {cpu.guarded_postgres_ms:5.2f} ms PostgreSQL"
+        f"  first execution  {cpu.idempotent_python_ms:5.2f} ms Python"
+        f"  {cpu.idempotent_postgres_ms:5.2f} ms PostgreSQL"
     )
     print(
-        f"  unguarded        {cpu.unguarded_python_ms:5.2f} ms Python"
-        f"  {cpu.unguarded_postgres_ms:5.2f} ms PostgreSQL"
+        f"  bare             {cpu.bare_python_ms:5.2f} ms Python"
+        f"  {cpu.bare_postgres_ms:5.2f} ms PostgreSQL"
     )
     for label, ratios in [
-        ("CPU, unguarded / guarded", cpu.ratios),
-        ("Python alone, unguarded / guarded", cpu.python_ratios),
+        ("CPU, bare / idempotent", cpu.ratios),
+        ("Python alone, bare / idempotent", cpu.python_ratios),
     ]:
         print(
             f"  {label:40s} {statistics.median(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
@@ -169,8 +169,8 @@ class Bench:
         command = {**headers, "Content-Type": "application/json"}
         body = json.dumps(ORDER)
         loads = {
-            "guarded": wrk.Load("POST", "/v1/orders", command, body, fresh_keys=True),
-            "unguarded": wrk.Load("POST", "/bench/unguarded/orders", command, body),
+            "idempotent": wrk.Load("POST", "/v1/orders", command, body, fresh_keys=True),
+            "bare": wrk.Load("POST", "/bench/bare/orders", command, body),
             "replay": wrk.Load("POST", "/v1/orders", command, body, key="replayed"),
             "read": wrk.Load("GET", f"/v1/orders/{order_id}", headers),
         }
@@ -228,8 +228,8 @@ class Bench:
             " (median, range; p50 and p99 latency of the median round):"
         )
         labels = {
-            "guarded": "first execution  POST /v1/orders",
-            "unguarded": "unguarded        POST /bench/unguarded/orders",
+            "idempotent": "first execution  POST /v1/orders",
+            "bare": "bare             POST /bench/bare/orders",
             "replay": "replay           POST /v1/orders",
             "read": "read             GET  /v1/orders/{id}",
             "payment": "first execution  POST /v1/payments",
@@ -255,11 +255,11 @@ class Bench:
             )
         print("ratios (median of the rounds' ratios, range):")
         for label, over, under in [
-            ("create / ceiling", "guarded", "create ceiling"),
+            ("create / ceiling", "idempotent", "create ceiling"),
             ("payment / ceiling", "payment", "payment ceiling"),
-            ("guarded / unguarded first executions", "guarded", "unguarded"),
-            ("replays / first executions", "replay", "guarded"),
-            ("reads / first executions", "read", "guarded"),
+            ("idempotent / bare first executions", "idempotent", "bare"),
+            ("replays / first executions", "replay", "idempotent"),
+            ("reads / first executions", "read", "idempotent"),
             ("replays / reads", "replay", "read"),
         ]:
             ratios = [a / b for a, b in zip(rates[over], rates[under], strict=True)]
@@ -268,8 +268,8 @@ class Bench:
                 f" ({min(ratios):.2f}-{max(ratios):.2f})"
             )
         print(
-            f"  {'CPU of a first execution, unguarded / guarded':40s}"
-            f" {costs['unguarded'].cpu_ms / costs['guarded'].cpu_ms:5.2f}"
+            f"  {'CPU of a first execution, bare / idempotent':40s}"
+            f" {costs['bare'].cpu_ms / costs['idempotent'].cpu_ms:5.2f}"
             "  (gunicorn and PostgreSQL, below)"
         )
         print("where the time goes, per request (all the rounds, read from /proc):")
@@ -281,7 +281,7 @@ class Bench:
                 f" {cost.wrk_ms:6.2f} {cost.wal_bytes:6.0f} B"
             )
         print(f"  a stored key takes {key_row_bytes} bytes with its answer, indexes included")
-        self.retry_storm(loads["guarded"], loads["replay"])
+        self.retry_storm(loads["idempotent"], loads["replay"])
 
     def payments(
         self, conn: psycopg.Connection[Any], caller: ceiling.Caller, round_: int

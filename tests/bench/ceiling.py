@@ -53,14 +53,14 @@ class Caller:
 
 
 def create_orders(url: str, caller: Caller, *, seconds: float) -> float:
-    """Transactions a second of the minimal guarded create, over ``seconds``."""
+    """Transactions a second of the minimal idempotent create, over ``seconds``."""
     return _pgbench(url, "create_order.sql", caller, [f"--time={max(1, round(seconds))}"])
 
 
 def start_payments(
     url: str, conn: psycopg.Connection[Any], caller: Caller, *, round_: int, each: int
 ) -> float:
-    """Transactions a second of the minimal guarded payment, ``each`` per client.
+    """Transactions a second of the minimal idempotent payment, ``each`` per client.
 
     A count rather than a time: each transaction pays an order of its own,
     made beforehand (``ord_g<round>-<client>-<n>``).

@@ -1,16 +1,16 @@
-"""What the guard costs in CPU, measured in one process, where the machine's drift cancels out.
+"""What the protocol costs in CPU, measured in one process, where the machine's drift cancels out.
 
 Through gunicorn and wrk, throughput drifts with the machine by tens of
-percent over seconds (docs/SCALING.md), more than the guard costs. Here
+percent over seconds (docs/SCALING.md), more than the protocol costs. Here
 the service's WSGI application (the bench's, tests/bench/wsgi.py) is called
-directly, with no HTTP server, alternating a guarded first execution of
-``POST /v1/orders`` and the same request to the unguarded view request by
+directly, with no HTTP server, alternating an idempotent first execution of
+``POST /v1/orders`` and the same request to the bare view request by
 request, and reading around each one the CPU of this process (Python) and
 of its PostgreSQL backend (``/proc/<pid>/schedstat``, in nanoseconds). A
 slow stretch of the machine then falls on both kinds alike. The ratio
 leaves out what both pay equally through an HTTP server (gunicorn's
 parsing, the sockets), so it is lower than the throughput's would be on a
-quiet machine: it is the guard's cost against the command's own.
+quiet machine: it is the protocol's cost against the command's own.
 
 The same way, :func:`measure_lists` reads what a page of ``GET /v1/orders``
 costs by the size of its orders: a page of 200 orders of one line each
@@ -38,17 +38,17 @@ from typing import Any
 class GuardCpu:
     """Median CPU per request, in ms, of each kind, and of the pairs' ratios."""
 
-    guarded_python_ms: float
-    guarded_postgres_ms: float
-    unguarded_python_ms: float
-    unguarded_postgres_ms: float
-    # CPU of the unguarded request over the guarded one, per round of pairs.
+    idempotent_python_ms: float
+    idempotent_postgres_ms: float
+    bare_python_ms: float
+    bare_postgres_ms: float
+    # CPU of the bare request over the idempotent one, per round of pairs.
     ratios: list[float]
     python_ratios: list[float]
 
 
 def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000) -> GuardCpu:
-    """``pairs`` guarded and unguarded creates, alternating, in ten rounds.
+    """``pairs`` idempotent and bare creates, alternating, in ten rounds.
 
     ``env`` is the served service's (its database, its secret key): the
     settings are read once, when the application is built here.
@@ -66,8 +66,8 @@ def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000)
         assert status.startswith("201"), status
 
     kinds: dict[str, Callable[[], None]] = {
-        "guarded": lambda: post("/v1/orders", uuid.uuid4().hex),
-        "unguarded": lambda: post("/bench/unguarded/orders", None),
+        "idempotent": lambda: post("/v1/orders", uuid.uuid4().hex),
+        "bare": lambda: post("/bench/bare/orders", None),
     }
     for _ in range(100):  # warm up code paths, caches and the connection
         for send in kinds.values():
@@ -85,12 +85,12 @@ def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000)
                 spent[name][1] += _backend_seconds(connection) - postgres
         for name, (python, postgres) in spent.items():
             per_kind[name].append((python * 1000 / per_round, postgres * 1000 / per_round))
-    rounds_of_both = list(zip(per_kind["guarded"], per_kind["unguarded"], strict=True))
+    rounds_of_both = list(zip(per_kind["idempotent"], per_kind["bare"], strict=True))
     return GuardCpu(
-        guarded_python_ms=statistics.median(p for p, _ in per_kind["guarded"]),
-        guarded_postgres_ms=statistics.median(q for _, q in per_kind["guarded"]),
-        unguarded_python_ms=statistics.median(p for p, _ in per_kind["unguarded"]),
-        unguarded_postgres_ms=statistics.median(q for _, q in per_kind["unguarded"]),
+        idempotent_python_ms=statistics.median(p for p, _ in per_kind["idempotent"]),
+        idempotent_postgres_ms=statistics.median(q for _, q in per_kind["idempotent"]),
+        bare_python_ms=statistics.median(p for p, _ in per_kind["bare"]),
+        bare_postgres_ms=statistics.median(q for _, q in per_kind["bare"]),
         ratios=[sum(u) / sum(g) for g, u in rounds_of_both],
         python_ratios=[u[0] / g[0] for g, u in rounds_of_both],
     )

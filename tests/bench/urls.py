@@ -1,10 +1,10 @@
-"""The service's URLs, and beside them the baseline the guard is measured against.
+"""The service's URLs, and beside them the baseline the protocol is measured against.
 
-``POST /bench/unguarded/orders`` runs the very view method of ``POST
+``POST /bench/bare/orders`` runs the very view method of ``POST
 /v1/orders`` (the function under its decorators: same authentication,
 parsing, validation, service call and answer) without
 ``@idempotent_command``. What a first execution costs over it is what the
-guard costs: the key's parsing, the fingerprint, the claim and the stored
+protocol costs: the key's parsing, the fingerprint, the claim and the stored
 answer.
 """
 
@@ -17,12 +17,12 @@ from config.urls import urlpatterns as service_urlpatterns
 from orders.views import OrderCollection
 
 
-class UnguardedOrders(APIView):
+class BareOrders(APIView):
     # Below @idempotent_command (functools.wraps keeps what it wraps).
     post = inspect.unwrap(OrderCollection.post)
 
 
 urlpatterns = [
-    path("bench/unguarded/orders", UnguardedOrders.as_view()),
+    path("bench/bare/orders", BareOrders.as_view()),
     *service_urlpatterns,
 ]

@@ -68,7 +68,7 @@ class Endpoint:
         return f"{self.method} {self.route} ({self.handler})"
 
 
-def commands_without_the_guard(patterns: Patterns) -> list[str]:
+def commands_without_the_protocol(patterns: Patterns) -> list[str]:
     """Each state-changing endpoint under v1/ whose handler is not an idempotent command."""
     return [
         str(endpoint) for endpoint in state_changing_endpoints(patterns) if not endpoint.is_command
@@ -145,7 +145,7 @@ def test_every_state_changing_endpoint_under_v1_is_an_idempotent_command() -> No
 
     # Found, or the check below would pass by finding nothing.
     assert found >= REAL_COMMANDS
-    assert commands_without_the_guard(patterns) == [], (
+    assert commands_without_the_protocol(patterns) == [], (
         "Decorate each with idempotent_command; a plain Django view or an"
         " @api_view function cannot be a command: write it as an APIView method."
     )
@@ -164,7 +164,7 @@ class WidgetViewSet(viewsets.ModelViewSet[Order]):
         return Response()
 
 
-class GuardedViewSet(viewsets.ViewSet):
+class DecoratedViewSet(viewsets.ViewSet):
     @idempotent_command
     def create(self, request: Request) -> Response:
         return Response()
@@ -178,12 +178,12 @@ class GuardedViewSet(viewsets.ViewSet):
         return Response()
 
 
-class UnguardedViewSet(viewsets.ViewSet):
+class BareViewSet(viewsets.ViewSet):
     def create(self, request: Request) -> Response:
         return Response()
 
 
-class UnguardedApiView(APIView):
+class BareApiView(APIView):
     def get(self, request: Request, **kwargs: str) -> Response:
         return Response()
 
@@ -191,7 +191,7 @@ class UnguardedApiView(APIView):
         return Response()
 
 
-class GuardedApiView(APIView):
+class DecoratedApiView(APIView):
     @idempotent_command
     def put(self, request: Request) -> Response:
         return Response()
@@ -239,7 +239,7 @@ def test_a_viewsets_undecorated_actions_routed_by_a_router_are_reported() -> Non
     router = SimpleRouter(trailing_slash=False)
     router.register("widgets", WidgetViewSet)
 
-    assert commands_without_the_guard(under_v1(*router.urls)) == [
+    assert commands_without_the_protocol(under_v1(*router.urls)) == [
         "POST v1/widgets (WidgetViewSet.create)",
         "PUT v1/widgets/<pk> (WidgetViewSet.update)",
         "PATCH v1/widgets/<pk> (WidgetViewSet.partial_update)",
@@ -250,45 +250,45 @@ def test_a_viewsets_undecorated_actions_routed_by_a_router_are_reported() -> Non
 
 def test_a_viewset_routed_with_as_view_is_reported_by_its_action() -> None:
     patterns = under_v1(
-        path("gizmos", UnguardedViewSet.as_view({"post": "create"})),
+        path("gizmos", BareViewSet.as_view({"post": "create"})),
     )
 
-    assert commands_without_the_guard(patterns) == ["POST v1/gizmos (UnguardedViewSet.create)"]
+    assert commands_without_the_protocol(patterns) == ["POST v1/gizmos (BareViewSet.create)"]
 
 
 def test_a_viewsets_decorated_actions_are_not_reported() -> None:
     router = SimpleRouter(trailing_slash=False)
-    router.register("gadgets", GuardedViewSet, basename="gadget")
+    router.register("gadgets", DecoratedViewSet, basename="gadget")
     patterns = under_v1(*router.urls)
 
     assert {str(endpoint) for endpoint in state_changing_endpoints(patterns)} == {
-        "POST v1/gadgets (GuardedViewSet.create)",
-        "POST v1/gadgets/<pk>/archive (GuardedViewSet.archive)",
+        "POST v1/gadgets (DecoratedViewSet.create)",
+        "POST v1/gadgets/<pk>/archive (DecoratedViewSet.archive)",
     }
-    assert commands_without_the_guard(patterns) == []
+    assert commands_without_the_protocol(patterns) == []
 
 
 def test_an_undecorated_apiview_method_is_reported_and_its_reads_are_not() -> None:
-    patterns = under_v1(path("widgets/<str:widget_id>/ship", UnguardedApiView.as_view()))
+    patterns = under_v1(path("widgets/<str:widget_id>/ship", BareApiView.as_view()))
 
-    assert commands_without_the_guard(patterns) == [
-        "POST v1/widgets/<str:widget_id>/ship (UnguardedApiView.post)"
+    assert commands_without_the_protocol(patterns) == [
+        "POST v1/widgets/<str:widget_id>/ship (BareApiView.post)"
     ]
 
 
 def test_a_decorated_apiview_method_is_not_reported() -> None:
-    patterns = under_v1(path("widgets", GuardedApiView.as_view()))
+    patterns = under_v1(path("widgets", DecoratedApiView.as_view()))
 
     assert [str(endpoint) for endpoint in state_changing_endpoints(patterns)] == [
-        "PUT v1/widgets (GuardedApiView.put)"
+        "PUT v1/widgets (DecoratedApiView.put)"
     ]
-    assert commands_without_the_guard(patterns) == []
+    assert commands_without_the_protocol(patterns) == []
 
 
 def test_an_api_view_function_accepting_a_state_changing_method_is_reported() -> None:
     patterns = under_v1(path("widgets", place_widget))
 
-    assert commands_without_the_guard(patterns) == ["POST v1/widgets (place_widget.post)"]
+    assert commands_without_the_protocol(patterns) == ["POST v1/widgets (place_widget.post)"]
 
 
 def test_an_api_view_function_is_reported_even_with_the_decorator_beneath_it() -> None:
@@ -296,13 +296,13 @@ def test_an_api_view_function_is_reported_even_with_the_decorator_beneath_it() -
     # there would fail at the first request; the handler is what runs.
     patterns = under_v1(path("widgets", place_widget_marked))
 
-    assert commands_without_the_guard(patterns) == ["POST v1/widgets (place_widget_marked.post)"]
+    assert commands_without_the_protocol(patterns) == ["POST v1/widgets (place_widget_marked.post)"]
 
 
 def test_a_plain_django_function_view_is_reported_for_every_state_changing_method() -> None:
     patterns = under_v1(path("legacy", legacy_view))
 
-    assert commands_without_the_guard(patterns) == [
+    assert commands_without_the_protocol(patterns) == [
         "POST v1/legacy (legacy_view)",
         "PUT v1/legacy (legacy_view)",
         "PATCH v1/legacy (legacy_view)",
@@ -316,7 +316,7 @@ def test_a_plain_django_class_based_view_is_reported_even_when_its_method_is_dec
         path("legacy-marked", LegacyMarkedView.as_view()),
     )
 
-    assert commands_without_the_guard(patterns) == [
+    assert commands_without_the_protocol(patterns) == [
         "POST v1/legacy-form (LegacyFormView.post)",
         "DELETE v1/legacy-marked (LegacyMarkedView.delete)",
     ]
@@ -328,23 +328,23 @@ def test_a_view_in_nested_includes_and_re_path_patterns_is_reported() -> None:
             r"^v1/",
             include(
                 [
-                    path("shop/", include([path("carts", UnguardedApiView.as_view())])),
-                    re_path(r"^widgets/(?P<widget_id>\w+)/retire$", UnguardedApiView.as_view()),
+                    path("shop/", include([path("carts", BareApiView.as_view())])),
+                    re_path(r"^widgets/(?P<widget_id>\w+)/retire$", BareApiView.as_view()),
                 ]
             ),
         )
     ]
 
-    assert commands_without_the_guard(patterns) == [
-        "POST v1/shop/carts (UnguardedApiView.post)",
-        "POST v1/widgets/<widget_id>/retire (UnguardedApiView.post)",
+    assert commands_without_the_protocol(patterns) == [
+        "POST v1/shop/carts (BareApiView.post)",
+        "POST v1/widgets/<widget_id>/retire (BareApiView.post)",
     ]
 
 
 def test_a_state_changing_view_outside_v1_is_not_reported() -> None:
     patterns: Patterns = [
-        path("internal/", include([path("widgets", UnguardedApiView.as_view())])),
+        path("internal/", include([path("widgets", BareApiView.as_view())])),
         path("legacy", legacy_view),
     ]
 
-    assert commands_without_the_guard(patterns) == []
+    assert commands_without_the_protocol(patterns) == []

@@ -1,4 +1,4 @@
-"""The guard's statements write and read every column of their models, and the protocol none.
+"""The protocol's statements write and read every column of their models, and the protocol none.
 
 idempotency/statements.py names each model's concrete fields and takes a row
 by their attribute names, so a column added to ``IdempotencyKey``,
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db
 INSERT = re.compile(
     r'INSERT INTO "(?P<table>\w+)" \((?P<columns>[^)]*)\) VALUES \((?P<values>[^)]*)\)'
 )
-# Words of SQL that a statement of the guard would carry.
+# Words of SQL that a statement of the protocol would carry.
 SQL = re.compile(
     r"\b(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RETURNING)\b"
     r"|SET LOCAL|ON CONFLICT"

@@ -16,7 +16,7 @@ PlaceOrders = Callable[..., list[Order]]
 def place_orders(catalog: None) -> PlaceOrders:
     """``place_orders(tenant, count=…, lines=…)``: that many orders of that many
     lines, placed through ``create_order`` as a ``POST`` would (without the
-    guard, which a list never sees), oldest first."""
+    protocol, which a list never sees), oldest first."""
 
     def place(tenant: Tenant, *, count: int, lines: int) -> list[Order]:
         items = [OrderLine(sku="ABC" if i % 2 else "XYZ", qty=i + 1) for i in range(lines)]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # tenant's webhook endpoints (none: no delivery to insert); store the
 # response; COMMIT. No savepoint and nothing read back for the answer. The
 # claim sends the BEGIN and the store the COMMIT: 9 round trips, the
-# look-up's the one the guard adds.
+# look-up's the one the protocol adds.
 CREATE_ORDER_QUERIES = 11
 # Authenticate; read the key's answer. No transaction, no claim.
 REPLAY_QUERIES = 2
@@ -34,10 +34,10 @@ def test_creating_an_order_costs_a_fixed_number_of_queries(
         response = api.post("/v1/orders", order_body, key="K")
 
     assert response.status_code == 201
-    assert_the_guard_costs_one_round_trip(captured.captured_queries)
+    assert_the_protocol_costs_one_round_trip(captured.captured_queries)
 
 
-def assert_the_guard_costs_one_round_trip(queries: list[dict[str, str]]) -> None:
+def assert_the_protocol_costs_one_round_trip(queries: list[dict[str, str]]) -> None:
     """The look-up, and a claim that sends the transaction's BEGIN and a store its COMMIT.
 
     Django logs its BEGIN and COMMIT apart (the third and the last query),
@@ -113,7 +113,7 @@ def test_starting_a_payment_costs_a_fixed_number_of_queries(
 
     with django_assert_num_queries(START_PAYMENT_QUERIES) as captured:
         first = api.post("/v1/payments", body, key="p")
-    assert_the_guard_costs_one_round_trip(captured.captured_queries)
+    assert_the_protocol_costs_one_round_trip(captured.captured_queries)
     with django_assert_num_queries(ASYNC_REPLAY_QUERIES):
         replay = api.post("/v1/payments", body, key="p")
 

@@ -1,4 +1,4 @@
--- The least a guarded first execution of POST /v1/orders must ask of
+-- The least an idempotent first execution of POST /v1/orders must ask of
 -- PostgreSQL: read the bearer token, claim the key under its unique
 -- constraint, read the catalog, insert the order, its line and its event,
 -- store the answer, commit. Run by pgbench (tests/bench/ceiling.py) with

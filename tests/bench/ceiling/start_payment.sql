@@ -1,4 +1,4 @@
--- The least a guarded first execution of POST /v1/payments must ask of
+-- The least an idempotent first execution of POST /v1/payments must ask of
 -- PostgreSQL: read the bearer token, claim the key, lock the order, insert
 -- the payment and the operation that will charge it, store the answer,
 -- commit. Run by pgbench (tests/bench/ceiling.py) with -D principal=…

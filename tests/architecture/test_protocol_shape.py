@@ -1,4 +1,4 @@
-"""The guard reads as its protocol: the wire-level work lives beside it.
+"""The protocol reads as its protocol: the wire-level work lives beside it.
 
 ``idempotency/commands.py`` says what happens to a command under a key, in
 steps; how each step reaches PostgreSQL (the statements, the transaction's

@@ -1,4 +1,4 @@
-"""The guard keeps the signature of the view method it decorates.
+"""The protocol keeps the signature of the view method it decorates.
 
 mypy (``make check``) reads this file as much as pytest runs it. Were
 ``idempotent_command`` to answer a bare ``Callable[..., Any]``, the call
@@ -6,7 +6,7 @@ marked ``type: ignore`` below would no longer be an error, and mypy's
 ``warn_unused_ignores`` (part of ``--strict``) would say so; ``assert_type``
 fails the check if the answer's type widens. At run time, the same
 function keeps its name and what it wraps, which the documentation and the
-test that every state-changing route is guarded read.
+test that every state-changing route is idempotent read.
 """
 
 import inspect
@@ -33,10 +33,10 @@ def _typed_calls(view: _Shipments, request: Request) -> None:
     view.post(request, 1)  # type: ignore[arg-type]
 
 
-def test_the_guarded_method_keeps_its_name_its_docstring_and_what_it_wraps() -> None:
-    guarded = _Shipments.post
-    assert guarded.__name__ == "post"
-    assert guarded.__doc__ == "Ship an order."
-    assert list(inspect.signature(guarded).parameters) == ["self", "request", "order_id"]
-    assert inspect.unwrap(guarded) is not guarded
-    assert getattr(guarded, "idempotent_command", False) is True
+def test_the_decorated_method_keeps_its_name_its_docstring_and_what_it_wraps() -> None:
+    idempotent = _Shipments.post
+    assert idempotent.__name__ == "post"
+    assert idempotent.__doc__ == "Ship an order."
+    assert list(inspect.signature(idempotent).parameters) == ["self", "request", "order_id"]
+    assert inspect.unwrap(idempotent) is not idempotent
+    assert getattr(idempotent, "idempotent_command", False) is True
