@@ -11,8 +11,9 @@ _SPACE = 36**_LENGTH
 def new_id(prefix: str) -> str:
     """``prefix_`` followed by 25 random base-36 characters, e.g. ``ord_3k9…``."""
     # One draw of the system's randomness, not one per character
-    # (secrets.choice): 25 draws cost a first execution of POST /v1/orders,
-    # which makes three ids, some 0.2 ms (docs/SCALING.md).
+    # (secrets.choice): 25 draws an id were a measurable part of a first
+    # execution of POST /v1/orders, which makes three (docs/SCALING.md,
+    # "Where a create's Python went").
     number = secrets.randbelow(_SPACE)
     digits = []
     for _ in range(_LENGTH):

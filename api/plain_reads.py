@@ -1,8 +1,8 @@
 """The reads every request makes, as plain SQL written once: a speed trick.
 
 The ORM compiles a queryset anew each time it runs: for a look-up by a
-unique key with a join or two, 0.6 to 0.8 ms of Python (below), more
-than PostgreSQL takes to answer it. Most requests
+unique key with a join or two, more Python than PostgreSQL takes to
+answer it. Most requests
 make such a look-up or two (the bearer token; a replay's stored answer),
 so the few that run on every request are written here once per set of
 columns, from the models' own table and column names, and their rows
@@ -10,10 +10,9 @@ become model instances as the ORM would make them: with the backend's
 and each field's converters, through ``Model.from_db``, the columns not
 selected deferred. The rest of the code cannot tell the difference.
 
-What it bought, measured in one process: the token's read went from 799
-to 194 µs of Python a request (1,081 to 308 in another run), and a
-replay's look-up likewise (docs/SCALING.md, *Retries and reads*). To
-remove the trick, run the ORM queryset each caller names beside its SQL.
+What it bought, the token's read and a replay's look-up measured in one
+process: docs/SCALING.md, *Retries and reads*. To remove the trick, run
+the ORM queryset each caller names beside its SQL.
 """
 
 import functools

@@ -3,9 +3,9 @@
 ``Model.objects.create()`` and ``bulk_create()`` compile their INSERT anew
 each time they run, through the query compiler, the model's signals and
 the per-field machinery of ``save()``: for the three inserts of a first
-execution of ``POST /v1/orders`` (its order, its lines, its event) some
-1.2 ms of Python, a fifth of the command's (docs/SCALING.md, "Where the
-time goes"). :class:`PlainInsert` writes each model's statement once per
+execution of ``POST /v1/orders`` (its order, its lines, its event) a
+large share of the command's Python (docs/SCALING.md, "Where a create's
+Python went"). :class:`PlainInsert` writes each model's statement once per
 backend and number of rows, from the model's own table and column names,
 and binds each field's value as ``save()`` would: through the field's
 ``pre_save`` (defaults, ``auto_now``) and ``get_db_prep_save``. A column

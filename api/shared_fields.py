@@ -2,9 +2,9 @@
 
 DRF builds a serializer's fields on first use by each instance, deep-copying
 every declared field (and a list's child serializer with its own fields):
-for ``CreateOrderInput``, 0.4 ms of Python in every ``POST /v1/orders``
-(``CreatePaymentInput``: 0.5 ms in every ``POST /v1/payments``),
-more than validating the body (docs/SCALING.md, "Where the time goes").
+for ``CreateOrderInput`` and ``CreatePaymentInput``, more Python in every
+``POST /v1/orders`` and ``POST /v1/payments`` than validating the body
+(docs/SCALING.md, "Where a create's Python went").
 Validation reads its fields and writes nothing to them, so the instances
 of a class may share one set, built by the first and bound to it.
 

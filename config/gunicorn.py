@@ -43,14 +43,13 @@ graceful_timeout = 30
 keepalive = 5
 # No recycling: measured, a worker's memory does not grow with the requests
 # it serves. `make soak-http SOAK_HTTP_MAX_REQUESTS=0` (tests/bench/soak_http.py)
-# sent 20,000 mixed requests (creations, replays, reads, lists, payments,
-# 404s) to two workers never restarted: each went from 84 MiB at start to
-# 98 MiB at the end, a size reached within its first few hundred requests
-# (modules imported on first use, a database connection per thread): the
-# soak's recycled workers were at 96-98 MiB after fewer than 200 requests.
-# A restart costs the new worker about 0.7 s of CPU to load Django again,
+# sends mixed requests to two workers never restarted: each reaches its size
+# within its first few hundred requests (modules imported on first use, a
+# database connection per thread) and stays there, where recycled workers
+# are too. A restart costs the new worker the CPU of loading Django again,
 # and the master a fold of the old one's metrics (observability/
-# metrics_archive.py): with nothing to cure, recycling was a cost alone.
+# metrics_archive.py): with nothing to cure, recycling was a cost alone
+# (the figures: docs/SCALING.md, "Worker restarts and /metrics").
 # WEB_MAX_REQUESTS=N brings it back, should a leak appear (say which, and
 # measure it with that soak); gunicorn adds up to 10 % at random, so that
 # the workers do not all restart together.

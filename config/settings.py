@@ -194,7 +194,7 @@ IDEMPOTENCY_LOCK_TIMEOUT = env.float("IDEMPOTENCY_LOCK_TIMEOUT", default=30.0)
 # Seconds the purge of expired keys waits between two batches of deletes:
 # with 50 ms a purge of a million keys leaves the database to commands for
 # more than half of its time, and their p99 within 2x of its usual value
-# (measured: idempotency/retention.py).
+# (why: idempotency/retention.py; measured: docs/SCALING.md, "The purge").
 IDEMPOTENCY_PURGE_PAUSE = env.float("IDEMPOTENCY_PURGE_PAUSE", default=0.05)
 # The most one principal's keys, digests and answers may hold within the
 # retention window (bytes); past it a new key is refused 429 KeyQuotaExceeded.

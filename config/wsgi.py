@@ -17,5 +17,5 @@ application = WholeBodyMiddleware(get_wsgi_application())
 # What the application built while loading lives as long as the process.
 # Frozen, it is left out of the garbage collector's full passes, which
 # otherwise re-scan it each time a large request body is parsed into many
-# containers: a 1 MiB body of small arrays parses in a third of the time.
+# containers (what that saves a large body: docs/SCALING.md, "Hostile bodies").
 gc.freeze()

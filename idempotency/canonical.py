@@ -4,10 +4,10 @@ A command's fingerprint hashes its body in the RFC 8785 form, so that form
 is computed for every command, and a hostile body of 1 MiB must cost
 milliseconds, not seconds. The ``rfc8785`` package, the reference this
 module is tested against, is pure Python: it visits the value one node at
-a time and escapes strings one character at a time, 5 to 10 times slower
-than the C encoder on large bodies. ``json.dumps`` with sorted keys and no
-white space writes the same bytes in C except for three details, which are
-mended here:
+a time and escapes strings one character at a time, several times slower
+than the C encoder on large bodies (docs/SCALING.md, "Hostile bodies").
+``json.dumps`` with sorted keys and no white space writes the same bytes
+in C except for three details, which are mended here:
 
 - **Numbers.** Both write a double with its shortest round-trip digits,
   but ECMAScript (whose spelling RFC 8785 takes) writes integral values

@@ -43,8 +43,7 @@ own, the keys and their answers together::
 - One statement, where the previous version selected ids and then deleted
   them: its DELETE waited for any of those rows a command held, until that
   command's transaction ended, and it cost two round trips a batch. Both
-  delete 10^6 keys at the same rate (9 s against 8 to 12 s with no
-  requests running).
+  delete keys at the same rate (docs/SCALING.md, "The purge").
 - ``ORDER BY expires_at`` makes each batch read the oldest entries from the
   left end of the ``expires_at`` index. Without it the planner may scan the
   table from its start, reading past the live rows on every batch.
@@ -60,39 +59,31 @@ is in the batch being deleted: it waits for that batch to commit (see
 ``PURGE_BATCH``), then finds the row gone and claims afresh.
 
 The rest of the cost is the machine's: a purge keeps a core busy for as
-long as it runs. On 2 cores, while wrk created orders through the service
-(16 connections), a purge of 10^6 expired keys beside 10^6 live ones in
-batches of 2000 back to back took 13 to 18 s, and the create p99 during it
-was 0.9 to 2.5 times the p99 just before (six runs: 0.9, 1.5, 1.6, 1.9,
-2.2, 2.5; 1.3 to 2.1 in batches of 5000, 3.8 in batches of 10000). That
-misses the goal of 2x one run in three, so the purge pauses between
-batches (``IDEMPOTENCY_PURGE_PAUSE``, see :func:`purge_pause`): with 50 ms the
-create p99 during the purge was 1.1 to 1.6 times the p99 before (six
-runs: 1.1, 1.1, 1.1, 1.2, 1.4, 1.6), and the purge took 42 to 47 s.
-(``python -m tests.bench.keys``, on a machine shared with other jobs, so
-noisy figures.) The steady state is far lighter: an hourly run deletes an
-hour's keys, a 24th of the table.
+long as it runs. Back to back, its batches took the commands' p99 past
+twice its value in one run of three (larger batches, further), so the
+purge pauses between batches (``IDEMPOTENCY_PURGE_PAUSE``, see
+:func:`purge_pause`), which holds the commands' p99 and rate during a purge
+of 10^6 keys near their values without it, for a purge some three times
+as long. The steady state is far lighter: an hourly run deletes an hour's
+keys, a 24th of the table. The figures, from ``python -m tests.bench.keys``:
+docs/SCALING.md, "The purge".
 
 Why a B-tree on ``expires_at``, and neither BRIN nor partitions
 --------------------------------------------------------------
 
 Each batch asks for the oldest expired rows, ``ORDER BY expires_at LIMIT
 n``: a B-tree answers by reading n entries. BRIN cannot order: with it,
-every batch of 5000 scanned the whole table and sorted the expired rows
-(1.6 s a batch at 10^6 expired keys, so some 5 minutes for the purge
-against 8 to 12 s); it is smaller (72 kB against 77 MB) but made claims no
-cheaper (an INSERT of 10^5 rows took 5.8 s with it, 5.1 s with the
-B-tree: within noise, since ``expires_at`` grows with time and the B-tree
-appends at its right end). Partitioning by day would make a purge a ``DROP
+every batch scans the whole table and sorts the expired rows, so a purge
+takes minutes rather than seconds; it is far smaller, but makes claims no
+cheaper (``expires_at`` grows with time, and the B-tree appends at its
+right end). Partitioning by day would make a purge a ``DROP
 TABLE``, but a partitioned table's unique constraints must include the
 partition key, so (tenant, principal, key) could no longer be unique
 across partitions, and that constraint is what arbitrates every claim
 (docs/SPECIFICATION.md §3 rule 4). And the table needs neither: at 10^6 keys a claim's
-INSERT and a replay's SELECT cost what they cost at 10^3, timed at the
-database (0.7 to 1.2 and 0.85 to 1.4 times over five runs). Through the
-service, the 10^6 / 10^3 ratios of requests/s and of p99 ranged from 0.4
-to 1.5 over seven runs, with 10^4 or 10^5 as often the slowest: the noise
-of a shared machine, around a flat line.
+INSERT and a replay's SELECT cost what they cost at 10^3 (docs/SCALING.md,
+"The key table at 10^3 to 10^6 rows", and "The purge" for the B-tree
+against BRIN).
 """
 
 import functools
@@ -108,14 +99,12 @@ from idempotency import quota
 from idempotency.models import IdempotencyKey, StoredAnswer
 
 # Rows deleted per statement, and per transaction. The rate of a purge
-# hardly depends on it (the work is per row: under load, 10^6 expired keys
-# went in 13 to 24 s with batches of 1000 to 10000 alike, and once in 40 s
-# at 1000), but how long one batch holds its rows' locks does, and that is
-# how long a request re-claiming one of those very keys waits. It must stay
-# far below IDEMPOTENCY_WAIT (2 s), the most a command waits for a lock
-# before it answers 409. Under load the longest batch took 0.1 to 0.7 s at
-# 2000 (fourteen runs), 0.4 and 0.7 s at 1000, 0.4 and 0.9 s at 5000 and
-# 1.9 s at 10000.
+# hardly depends on it (the work is per row), but how long one batch holds
+# its rows' locks does, and that is how long a request re-claiming one of
+# those very keys waits. It must stay far below IDEMPOTENCY_WAIT (2 s), the
+# most a command waits for a lock before it answers 409: at 10000 the
+# longest batch under load came near it, at 2000 it stays well below
+# (docs/SCALING.md, "The purge").
 PURGE_BATCH = 2000
 
 
@@ -146,12 +135,11 @@ def purge_expired_keys(*, batch_size: int = PURGE_BATCH, pause: float | None = N
     return purge(batch_size=batch_size, pause=pause).deleted
 
 
-# The pause between batches (IDEMPOTENCY_PURGE_PAUSE, 50 ms by default). A
-# batch of PURGE_BATCH takes some 30 ms, so 50 ms leaves the database to
-# commands for more than half of a long purge: on 2 cores that kept the
-# create p99 during a purge of 10^6 keys within 1.6 times its p99 without
-# (no pause: up to 2.5 times; 25 ms: 2.0 times once; 100 ms: 0.9 times, but
-# a purge of 72 s instead of 46). The pause costs nothing in the steady
+# The pause between batches (IDEMPOTENCY_PURGE_PAUSE, 50 ms by default),
+# longer than a batch of PURGE_BATCH takes, so that the database is left to
+# commands for more than half of a long purge (the pauses tried, and what
+# each did to the commands' p99: docs/SCALING.md, "The purge"). The pause
+# costs nothing in the steady
 # state, where an hourly run is a few batches, and makes a backlog (a beat
 # that did not run for a day) take three times as long to clear.
 def purge_pause() -> float:

@@ -17,43 +17,36 @@ The claim's ``ON CONFLICT DO NOTHING … RETURNING`` and the total's
 ``ON CONFLICT DO UPDATE`` are SQL whatever else is done: the ORM has no
 insert that skips a taken key, nor an upsert that adds. Everything else
 below is a speed trick, not a guarantee, and each comes out without
-touching the protocol. The figures are docs/SCALING.md's ("Where the time
-goes", "What the protocol's cost is made of", "Retries and reads"): the ratio
-is the bare command's CPU over the idempotent one's, in one process.
+touching the protocol. What each bought is measured in docs/SCALING.md,
+"What the protocol's cost is made of" (and "Retries and reads" for the
+look-up): the figures live there, with the runs they come from.
 
 1. Plain SQL written once per backend from the models' names
    (:func:`_claim_sql`, :func:`_answer_sql`, :func:`_usage_sql`,
    :func:`_lookup_sql`), rows read back by api/plain_reads.py: the ORM
-   compiles its query anew for every command, and its look-up "had cost
-   some 1.5 ms of Python more" a replay. To remove it from :func:`find`,
-   run the queryset its docstring names; from the store, insert the answer
-   with ``answer.save(force_insert=True)``.
-2. Plain values bound (:func:`_bound`): with the store by the claim's id,
-   the protocol's Python went "from 0.66-0.78 ms to 0.49-0.68 ms a command",
-   the ratio from 0.81-0.82 to 0.83. To remove it, take the non-PostgreSQL
-   branch of :func:`_bound` on every backend and drop the ``::jsonb`` casts.
+   compiles its query anew for every command. To remove it from
+   :func:`find`, run the queryset its docstring names; from the store,
+   insert the answer with ``answer.save(force_insert=True)``.
+2. Plain values bound (:func:`_bound`): psycopg adapts the values as they
+   are, where each field's own conversion costs Python for the same bytes.
+   To remove it, take the non-PostgreSQL branch of :func:`_bound` on every
+   backend and drop the ``::jsonb`` casts.
 3. The transaction's ``BEGIN`` sent with the claim and its ``COMMIT`` with
    the store, psycopg's autocommit switched to let them through
-   (:func:`_send`): "each end alone measured +0.02 in one process, both
-   +0.03 (0.81-0.82 to 0.84-0.85)". To remove it, have :func:`_send`
+   (:func:`_send`): two round trips fewer. To remove it, have :func:`_send`
    execute the statement alone, as it does off PostgreSQL.
 4. The wait bounds as ``SET LOCAL`` statements in the claim's query
-   (:data:`_WAIT_BOUNDS`): a query of their own would be a round trip more
-   ("the two round trips alone 5 more" points of the ratio), and in place
-   of an ``INSERT`` fed by ``set_config()`` "PostgreSQL spent 263 µs a claim
-   instead of 359 µs". Their values are written into the cached query
-   (``SET`` takes no parameters, and binding the claim's nine values cost
-   58 µs of Python already). To remove it, execute them in a query of
-   their own before the claim.
-5. The store's two statements in one query: one round trip, not two
-   (each of the protocol's round trips some 2.5 points, half the 5 above);
-   with the total in the store's query, the storage bound took the ratio
-   "from 0.87 to 0.85". To remove it, take the non-PostgreSQL branch of
-   :func:`store`.
+   (:data:`_WAIT_BOUNDS`): a query of their own would be a round trip more,
+   and an ``INSERT`` fed by ``set_config()`` costs PostgreSQL more than
+   these and a plain ``INSERT … VALUES``. Their values are written into the
+   cached query (``SET`` takes no parameters, and every value bound is
+   Python spent). To remove it, execute them in a query of their own
+   before the claim.
+5. The store's two statements in one query: one round trip, not two. To
+   remove it, take the non-PostgreSQL branch of :func:`store`.
 6. One cursor for the claim and the store, its results read through
-   psycopg's own cursor (:func:`_send`): a Django and a psycopg cursor
-   "about 25 µs each", and each step through results went through Django's
-   error translation; with the field digests' one walk, "0.87 to 0.88". To
+   psycopg's own cursor (:func:`_send`): each cursor made costs Python, and
+   each step through results went through Django's error translation. To
    remove it, open a cursor of ``cursor.db`` in each statement and read
    rows with its ``fetchone()``.
 """
@@ -163,8 +156,8 @@ def store(cursor: CursorWrapper, answer: Row, usage: Row, *, ends_transaction: b
     ``usage`` is a ``StorageUsage`` row; the upsert makes it if the bucket has none.
 
     An INSERT rather than an UPDATE of the claim's row: a narrow row of its
-    own cost PostgreSQL 714 µs of CPU a first execution against 797 µs for
-    a second version of the key's whole row (on one connection), and
+    own costs PostgreSQL less CPU than a second version of the key's whole
+    row (docs/SCALING.md, "What the protocol's cost is made of"), and
     leaves no dead row behind. The total's upsert comes last: it locks its
     row (idempotency/quota.py), and the lock lasts from there to the
     ``COMMIT``.
@@ -302,8 +295,8 @@ def _bound(
 
     psycopg adapts integers, strings, bytes and aware datetimes as they
     are, and a JSON value travels as its text, cast to ``jsonb`` in the
-    SQL: a field's own conversion would cost a dozen microseconds per
-    command for the same bytes. Other backends (SQLite) get each value as
+    SQL: a field's own conversion would cost Python per value for the same
+    bytes. Other backends (SQLite) get each value as
     its model field prepares it.
     """
     if db.vendor == "postgresql":
@@ -387,8 +380,8 @@ def _usage_sql(vendor: str) -> str:
 # milliseconds, written into the query (one per set of values, cached)
 # rather than bound: three parameters fewer to adapt on every claim. They
 # are statements of their own in the claim's query: an INSERT fed by a
-# subquery that called ``set_config()`` cost PostgreSQL 0.1 ms more a
-# claim than these and a plain ``INSERT … VALUES`` (263 µs against 359 µs).
+# subquery that called ``set_config()`` costs PostgreSQL more a claim than
+# these and a plain ``INSERT … VALUES`` (docs/SCALING.md).
 _WAIT_BOUNDS = (
     "SET LOCAL lock_timeout = '%s';"
     " SET LOCAL statement_timeout = '%s';"

@@ -5,8 +5,8 @@ its own in ``PROMETHEUS_MULTIPROC_DIR`` (``counter_<pid>.db``,
 ``histogram_<pid>.db``: 64 KiB each at least) and keeps them after the
 process ends, so that its counts survive it; each scrape reads every file
 there. With gunicorn recycling and replacing workers, the files pile up
-with uptime and the scrape slows with them (1,000 files: 369 ms; 4,000:
-1.1 s). Here the master, in gunicorn's ``child_exit`` hook (which it calls
+with uptime and the scrape slows with them (docs/SCALING.md, "Worker
+restarts and /metrics"). Here the master, in gunicorn's ``child_exit`` hook (which it calls
 for each worker it reaps, whatever ended it: recycled, killed, timed out),
 adds a dead worker's samples into ``counter_archive.db`` (and the like) and
 deletes its files: the directory holds the live workers' files and one

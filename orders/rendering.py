@@ -1,20 +1,16 @@
 """Orders as reads answer them, rendered from rows without DRF's per-field machinery: a speed trick.
 
 A page of GET /v1/orders is up to 200 orders of up to 100 lines. Through
-OrderOutput over selectors.orders_of, 200 orders of 100 lines cost 415-635
-ms of Python per page in one process (38-64 ms for orders of one line; the
-bench's figure, tests/bench/in_process.py, on a busy 2-core machine) and
-24 MB at the peak, in model instances held in reference cycles until a
-full collection: 8 threads serving such pages took a process from 90 MB to
-335-380 MB, and it stayed there. From rows by the function below: 58-91 ms
-(13-23 ms), 10.7 MB at the peak, 176-194 MB under the 8 threads; the page's
-CPU with PostgreSQL's is 3.9-4.5 times that of orders of one line (12-14
-before). Half of what remains is encoding the 1.2 MB of JSON (20 ms) and
-reading 20,000 rows (14 ms): the size of the answer, not the way it is built.
-A read of one order, ``GET /v1/orders/{id}``, is rendered the same way
-from its row (selectors.order_row): through OrderOutput over an instance
-with its prefetched lines and payments it cost 4 queries and some 2 ms
-more of Python than the read of two queries that it is now (docs/SCALING.md).
+OrderOutput over selectors.orders_of, each line of such a page is a model
+instance and a serializer's walk over its fields; the instances are held
+in reference cycles until a full collection, so threads serving such pages
+grow a process and it stays grown. From rows by the function below, a
+page costs several times less Python and memory, and what remains is the
+size of the answer (encoding its JSON, reading its rows), not the way it
+is built. A read of one order, ``GET /v1/orders/{id}``, is rendered the
+same way from its row (selectors.order_row): through OrderOutput over an
+instance with its prefetched lines and payments it cost two queries more.
+The figures: docs/SCALING.md, "A page of the list" and "Retries and reads".
 
 OrderOutput stays the definition of an order's representation and the
 schema's source; tests/orders/test_order_list.py holds this function's
@@ -67,10 +63,10 @@ def orders_from_rows(
 def order_of(order: Order) -> dict[str, Any]:
     """``OrderOutput(order).data`` of an order whose ``lines`` and ``payment_ids`` are current.
 
-    What a command answers and its event carries (orders/domain_events.py): with
-    OrderOutput, building its fields and those of its lines cost a first
-    execution of ``POST /v1/orders`` 0.6 ms of Python for each of the two
-    (docs/SCALING.md). tests/orders/test_rendering.py holds it to OrderOutput.
+    What a command answers and its event carries (orders/domain_events.py):
+    with OrderOutput, a first execution of ``POST /v1/orders`` built its
+    fields and those of its lines twice (docs/SCALING.md, "Where a create's
+    Python went"). tests/orders/test_rendering.py holds it to OrderOutput.
     To remove the trick, render ``OrderOutput(order).data`` where it is called.
     """
     row = {name: getattr(order, name) for name in LISTED_COLUMNS}

@@ -61,16 +61,16 @@ def relations_of(*, orders: Sequence[dict[str, Any]]) -> OrderRelations:
     payment_ids: dict[str, list[str]] = defaultdict(list)
     if not keys:
         return OrderRelations(lines=lines, payment_ids=payment_ids)
-    # Tuples, not instances: a page's 20,000 lines as OrderItems were 24 MB
-    # at the peak, left in reference cycles (each caches its order) until
-    # the collector's next full pass.
+    # Tuples, not instances: a page's 20,000 lines as OrderItems are left in
+    # reference cycles (each caches its order) until the collector's next
+    # full pass (docs/SCALING.md, "A page of the list").
     rows = OrderItem.objects.filter(order_id__in=keys).order_by()
     for row in rows.values_list("order_id", "position", "sku", "qty", "unit_price", "line_total"):
         lines[row[0]].append(row[1:])
-    # Sorted here rather than by the database: PostgreSQL sorted a page's
-    # 20,000 lines by (order_id, position) in 35 ms and by position in 11
-    # (EXPLAIN ANALYZE, 200 orders of 100 lines); each order's hundred, read
-    # nearly in order, sort here in about a millisecond for the page.
+    # Sorted here rather than by the database: PostgreSQL's sort of a page's
+    # lines by (order_id, position) was most of its share of a 100-line page
+    # (docs/SCALING.md, "A page of the list"); each order's hundred, read
+    # nearly in order, sort here almost for free.
     for order_lines in lines.values():
         order_lines.sort()
     for order_key, payment_id in (

@@ -223,8 +223,8 @@ class PaymentAcceptedOutput(serializers.Serializer[Any]):
     def of(payment: Payment, operation: Operation) -> dict[str, Any]:
         """The answer itself, every value as the wire has it: the view renders it as it is.
 
-        Through the serializer, building its fields cost every payment some
-        0.4 ms of Python for the same dict (docs/SCALING.md);
+        Through the serializer, building its fields cost every payment Python
+        for the same dict (docs/SCALING.md, "Where a create's Python went");
         tests/orders/test_rendering.py holds the two equal.
         """
         return {

@@ -7,8 +7,9 @@ sizes the bench's own requests write; pgbench runs it with 8 clients over
 the simple protocol (as Django sends statements), in the same rounds as
 the service's loads (tests/bench/bench.py), so ``create/ceiling`` and
 ``payment/ceiling`` compare the service with what PostgreSQL alone does
-on the same machine at the same moment. docs/SCALING.md ("The ceiling")
-says what each transaction is, and what a command does beyond it.
+on the same machine at the same moment. docs/SCALING.md, "First executions
+against PostgreSQL's ceiling", says what each transaction is, and what a
+command does beyond it.
 
 Each payment needs an order no other payment holds (one live payment an
 order, ``payment_one_live_per_order``): :func:`unpaid_orders` makes them
