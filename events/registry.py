@@ -37,6 +37,19 @@ def register(name: str, *, data: type[serializers.Serializer[Any]], description:
     _types[name] = EventType(name=name, data=data, description=description)
 
 
+def require(name: str) -> None:
+    """Refuse to record an event of a type no app registered.
+
+    A type recorded but not registered would be delivered and listed, yet
+    missing from the schema and refused by the feed's ``type=`` filter: the
+    omission fails the first test that makes its effect.
+
+    :raises LookupError: ``name`` is not registered.
+    """
+    if name not in _types:
+        raise LookupError(f"Event type {name!r} is not registered (events.registry.register).")
+
+
 def types() -> list[str]:
     """Every registered type, in registration order (the schema's enum, the feed's filter)."""
     return list(_types)

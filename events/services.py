@@ -25,7 +25,7 @@ from django.utils import timezone
 from accounts.models import Tenant
 from api.plain_reads import Selected
 from api.plain_writes import PlainInsert
-from events import addresses
+from events import addresses, registry
 from events.errors import (
     InvalidWebhookEndpoint,
     NoSuchWebhookEndpoint,
@@ -69,6 +69,7 @@ def record_event(
     :raises IntegrityError: the effect has its event already (a bug: the
         caller's compare-and-set should have found the effect made).
     """
+    registry.require(event_type)
     with transaction.atomic(savepoint=False):
         event = Event(tenant=tenant, type=event_type, resource=resource, data=data)
         _EVENTS.insert(event)

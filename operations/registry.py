@@ -177,6 +177,20 @@ def kind_of(operation: Operation) -> OperationKind:
         raise LookupError(f"No handler for operation kind {operation.kind!r}.") from None
 
 
+def require(kind: str) -> None:
+    """Refuse to start an operation of a kind no app registered.
+
+    Its message would find no handler: every worker that took it would
+    fail, and the operation would stay processing. Refused here, the
+    omission fails the first test that runs the command, in the command's
+    own transaction.
+
+    :raises LookupError: ``kind`` is not registered.
+    """
+    if kind not in _kinds:
+        raise LookupError(f"Operation kind {kind!r} is not registered (operations.registry).")
+
+
 def kinds() -> list[str]:
     """Every registered kind, in registration order (the schema's enum, the metric's labels)."""
     return list(_kinds)

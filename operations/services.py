@@ -53,6 +53,7 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
     The row is the outbox: it commits with the command, so the work is never
     lost, even when the broker is down at that moment.
     """
+    registry.require(kind)
     now = timezone.now()
     operation = Operation(
         tenant=tenant,
@@ -85,6 +86,7 @@ def start_operation(*, tenant: Tenant, kind: str, result_id: str) -> Operation:
 
 def start_operations(*, tenant: Tenant, kind: str, result_ids: Sequence[str]) -> list[Operation]:
     """:func:`start_operation` for several results at once: one insert, however many."""
+    registry.require(kind)
     now = timezone.now()
     trace_id = current_trace_id()
     operations = [
