@@ -32,7 +32,7 @@ class CreateWebhookEndpointInput(StrictSerializer):
             "`WEBHOOK_ALLOW_PRIVATE_URLS`); no credentials, no fragment."
         ),
     )
-    eventTypes: serializers.ListSerializer[Any] = serializers.ListSerializer(  # noqa: N815
+    eventTypes: serializers.ListSerializer[Any] = serializers.ListSerializer(
         child=EventTypeField(),
         allow_empty=False,
         max_length=16,
@@ -54,10 +54,8 @@ class WebhookEndpointLinksOutput(serializers.Serializer[Any]):
 
 class WebhookEndpointOutput(serializers.ModelSerializer[WebhookEndpoint]):
     url = serializers.CharField(max_length=MAX_URL_LENGTH)
-    eventTypes = serializers.ListField(  # noqa: N815
-        source="event_types", child=serializers.CharField()
-    )
-    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
+    eventTypes = serializers.ListField(source="event_types", child=serializers.CharField())
+    createdAt = serializers.DateTimeField(source="created_at")
     links = serializers.SerializerMethodField()
 
     class Meta:
@@ -87,14 +85,14 @@ class CreatedWebhookEndpointOutput(WebhookEndpointOutput):
 
 
 class DeliveryOutput(serializers.ModelSerializer[Delivery]):
-    eventId = serializers.CharField(source="event.id")  # noqa: N815
+    eventId = serializers.CharField(source="event.id")
     type = serializers.CharField(source="event.type")
-    lastStatusCode = serializers.IntegerField(  # noqa: N815
+    lastStatusCode = serializers.IntegerField(
         source="last_status_code", allow_null=True, min_value=100, max_value=599
     )
-    lastError = serializers.SerializerMethodField()  # noqa: N815
-    nextAttemptAt = serializers.DateTimeField(source="next_attempt_at", allow_null=True)  # noqa: N815
-    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
+    lastError = serializers.SerializerMethodField()
+    nextAttemptAt = serializers.DateTimeField(source="next_attempt_at", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
 
     class Meta:
         model = Delivery
@@ -110,7 +108,7 @@ class DeliveryOutput(serializers.ModelSerializer[Delivery]):
         ]
 
     @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_lastError(self, delivery: Delivery) -> str | None:  # noqa: N802
+    def get_lastError(self, delivery: Delivery) -> str | None:
         return delivery.last_error or None
 
 

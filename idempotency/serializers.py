@@ -112,10 +112,10 @@ class IdempotencyKeyOutput(serializers.Serializer[IdempotencyKey]):
             "`404`, `409`, `422`, `500`)."
         ),
     )
-    createdAt = serializers.DateTimeField(  # noqa: N815
+    createdAt = serializers.DateTimeField(
         source="created_at", help_text="When the key's first request claimed it."
     )
-    expiresAt = serializers.DateTimeField(  # noqa: N815
+    expiresAt = serializers.DateTimeField(
         source="expires_at",
         help_text="When the key is forgotten: from then on it is `404` here, and a new key.",
     )

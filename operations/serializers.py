@@ -38,10 +38,10 @@ class OperationLinksOutput(serializers.Serializer[Any]):
 
 
 class OperationOutput(serializers.ModelSerializer[Operation]):
-    resultId = serializers.CharField(source="result_id")  # noqa: N815
+    resultId = serializers.CharField(source="result_id")
     error = serializers.SerializerMethodField()
-    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
-    updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
     links = serializers.SerializerMethodField()
 
     class Meta:

@@ -26,7 +26,7 @@ class OrderLineInput(SharedFields, StrictSerializer):
 
 
 class CreateOrderInput(SharedFields, StrictSerializer):
-    customerId = StrictCharField(max_length=100)  # noqa: N815 - the wire name
+    customerId = StrictCharField(max_length=100)
     items: serializers.ListSerializer[Any] = serializers.ListSerializer(
         child=OrderLineInput(), allow_empty=False, max_length=MAX_ITEMS
     )
@@ -52,8 +52,8 @@ class CancelOrderInput(StrictSerializer):
 # types alone would document a quantity of up to 2^31 and amounts of 2^63.
 class OrderItemOutput(serializers.ModelSerializer[OrderItem]):
     qty = serializers.IntegerField(min_value=1, max_value=MAX_QTY)
-    unitPrice = serializers.IntegerField(source="unit_price")  # noqa: N815
-    lineTotal = serializers.IntegerField(source="line_total")  # noqa: N815
+    unitPrice = serializers.IntegerField(source="unit_price")
+    lineTotal = serializers.IntegerField(source="line_total")
 
     class Meta:
         model = OrderItem
@@ -65,12 +65,12 @@ class OrderLinksOutput(serializers.Serializer[Any]):
 
 
 class OrderOutput(serializers.ModelSerializer[Order]):
-    customerId = serializers.CharField(source="customer_id")  # noqa: N815
-    totalAmount = serializers.IntegerField(source="total_amount")  # noqa: N815
+    customerId = serializers.CharField(source="customer_id")
+    totalAmount = serializers.IntegerField(source="total_amount")
     items = OrderItemOutput(many=True, source="lines")
     payments = serializers.SerializerMethodField()
-    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
-    updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
     links = serializers.SerializerMethodField()
 
     class Meta:
@@ -100,7 +100,7 @@ class OrderCommandOutput(serializers.Serializer[Any]):
     """The answer to a synchronous order command: ``{"status", "orderId", "order", "links"}``."""
 
     status = serializers.ChoiceField(choices=["succeeded"])
-    orderId = serializers.CharField(source="order.id")  # noqa: N815
+    orderId = serializers.CharField(source="order.id")
     order = OrderOutput()
     links = OrderLinksOutput()
 
@@ -147,12 +147,12 @@ class PaymentMethodField(serializers.ChoiceField):
 
 
 class CreatePaymentInput(SharedFields, StrictSerializer):
-    orderId = StrictCharField(max_length=ORDER_ID_MAX_LENGTH)  # noqa: N815
+    orderId = StrictCharField(max_length=ORDER_ID_MAX_LENGTH)
     amount = StrictIntegerField(min_value=1)
     currency = serializers.RegexField(
         r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code such as RUB."}
     )
-    paymentMethod = PaymentMethodField(  # noqa: N815
+    paymentMethod = PaymentMethodField(
         help_text=(
             "How the customer pays: one of the payment provider's methods, listed below "
             "(with the built-in simulator, test cards). Any other value is refused with `400 "
@@ -177,11 +177,11 @@ class PaymentLinksOutput(serializers.Serializer[Any]):
 
 
 class PaymentOutput(serializers.ModelSerializer[Payment]):
-    orderId = serializers.CharField(source="order.id")  # noqa: N815
+    orderId = serializers.CharField(source="order.id")
     amount = serializers.IntegerField(min_value=1, max_value=MAX_SAFE_INTEGER)
-    failureCode = serializers.SerializerMethodField()  # noqa: N815
-    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
-    updatedAt = serializers.DateTimeField(source="updated_at")  # noqa: N815
+    failureCode = serializers.SerializerMethodField()
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
     links = serializers.SerializerMethodField()
 
     class Meta:
@@ -198,7 +198,7 @@ class PaymentOutput(serializers.ModelSerializer[Payment]):
             "links",
         ]
 
-    def get_failureCode(self, payment: Payment) -> str | None:  # noqa: N802
+    def get_failureCode(self, payment: Payment) -> str | None:
         return payment.failure_code or None
 
     @extend_schema_field(PaymentLinksOutput)
@@ -215,8 +215,8 @@ class PaymentAcceptedOutput(serializers.Serializer[Any]):
     """The answer to POST /v1/payments: the payment and the operation charging it."""
 
     status = serializers.ChoiceField(choices=Operation.Status.choices)
-    paymentId = serializers.CharField()  # noqa: N815
-    operationId = serializers.CharField()  # noqa: N815
+    paymentId = serializers.CharField()
+    operationId = serializers.CharField()
     links = AcceptedLinksOutput()
 
     @staticmethod
@@ -239,8 +239,8 @@ class RefundAcceptedOutput(serializers.Serializer[Any]):
     """The answer to cancelling a paid order: the order and the refund operation."""
 
     status = serializers.ChoiceField(choices=Operation.Status.choices)
-    orderId = serializers.CharField()  # noqa: N815
-    operationId = serializers.CharField()  # noqa: N815
+    orderId = serializers.CharField()
+    operationId = serializers.CharField()
     links = AcceptedLinksOutput()
 
     @staticmethod

@@ -57,7 +57,7 @@ class Problem(serializers.Serializer[Any]):
     status = serializers.IntegerField(help_text="The HTTP status code.")
     error = serializers.CharField(help_text="The stable machine code, PascalCase.")
     message = serializers.CharField(help_text="What went wrong, for people.")
-    traceId = serializers.CharField(  # noqa: N815 - the wire name
+    traceId = serializers.CharField(
         help_text="The request's `X-Request-ID`; quote it when reporting a problem."
     )
 
