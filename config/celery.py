@@ -88,7 +88,11 @@ if app.conf.broker_url.startswith("sqla+"):
     sqlalchemy.Transport.polling_interval = 0.1
 
 
-# One log line per task, in the trace of the request that published it.
+# One log line per task, in the trace of the request that published it. Not
+# django-structlog's Celery receivers, which write a line at each step of a
+# task (received, started, succeeded or failed) and bind ids of their own:
+# here the line carries the task's outcome and duration, and the trace id is
+# the one the message brought (observability.tracing).
 
 _task_logger = structlog.get_logger("order_service.task")
 

@@ -18,10 +18,14 @@ import pytest
 from celery import Task
 from celery.signals import before_task_publish, task_prerun
 from django.db import connections
+from hypothesis import example, given
+from hypothesis import strategies as st
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pytest_django import Settings
 
 from observability.logging import json_formatter
@@ -110,6 +114,50 @@ def test_an_invalid_traceparent_is_ignored(api: Api, traceparent: str) -> None:
     trace_id = problem(response)["traceId"]
     assert is_fresh_trace_id(trace_id)
     assert response["X-Request-ID"] == trace_id
+
+
+# --- the parser, held to OpenTelemetry's propagator --------------------------------
+
+_REFERENCE = TraceContextTextMapPropagator()
+
+
+def _read_by_the_reference(header: str) -> tuple[str, str, str] | None:
+    extracted = _REFERENCE.extract({"traceparent": header})
+    context = trace.get_current_span(extracted).get_span_context()
+    if not context.is_valid:
+        return None
+    flags = f"{context.trace_flags:02x}"
+    return format_trace_id(context.trace_id), format_span_id(context.span_id), flags
+
+
+def _field(valid: str) -> st.SearchStrategy[str]:
+    """Any lowercase hex of the field's length, or a near miss of ``valid``."""
+    near = [valid, valid.upper(), "0" * len(valid), valid[:-1], valid + "0", valid[:-1] + "g"]
+    return st.text("0123456789abcdef", min_size=len(valid), max_size=len(valid)) | st.sampled_from(
+        near
+    )
+
+
+@given(
+    version=st.sampled_from(["00", "01", "cc", "fe", "ff", "0", "000"]) | _field("00"),
+    trace_id=_field(TRACE_ID),
+    parent_id=_field(PARENT_ID),
+    flags=_field("01"),
+    rest=st.sampled_from(["", "-", "-what-cc-adds", "x", "-01"]),
+    padding=st.sampled_from(["", " ", "\t", " \t"]),
+)
+@example(version="00", trace_id=TRACE_ID, parent_id=PARENT_ID, flags="01", rest="", padding="")
+def test_the_parser_reads_every_traceparent_as_opentelemetrys_propagator_does(
+    version: str, trace_id: str, parent_id: str, flags: str, rest: str, padding: str
+) -> None:
+    # observability.tracing keeps its own parser (why: its docstring); this
+    # holds it to the reference, header by header. A header's value never
+    # holds a line break, where the two differ (the reference's `$` matches
+    # before a final one).
+    header = f"{padding}{version}-{trace_id}-{parent_id}-{flags}{rest}{padding}"
+    ours = parse_traceparent(header)
+
+    assert (tuple(ours) if ours is not None else None) == _read_by_the_reference(header)
 
 
 def test_a_request_with_neither_gets_a_fresh_w3c_trace_id(api: Api) -> None:
