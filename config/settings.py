@@ -222,7 +222,7 @@ PAYMENT_RETRY_BACKOFF = env.float("PAYMENT_RETRY_BACKOFF", default=1.0)
 # brief outage and a deploy, yet tells a customer within minutes that a
 # payment failed, so that the order can be paid again. Past the budget a
 # payment is failed only after the provider has said it holds no charge
-# for it (orders.services.settle_charge).
+# for it (orders.handlers.settle_charge).
 OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=10)
 # How long a message may go untaken before it may be presumed lost (seconds).
 # A message is published again only when it is lost: its publish failed, the

@@ -15,7 +15,7 @@ from pytest_django import Settings
 
 from operations.models import Operation
 from operations.polling import RULE, retry_after_seconds
-from orders.services import charge_payment
+from orders.handlers import charge_payment
 from provider.gateway import ProviderResult
 from tests.support.http import ORDER, Api, body_of, payment_body
 

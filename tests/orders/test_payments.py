@@ -15,8 +15,8 @@ from pytest_django import Settings
 from operations.models import Operation
 from operations.services import finish_operation
 from operations.tasks import run_operation
+from orders.handlers import charge_payment
 from orders.models import Order, Payment
-from orders.services import charge_payment
 from provider.gateway import ProviderResult
 from provider.models import Attempt, LedgerEntry
 from tests.support.concurrency import FinishedOperation, run_concurrently, wait_for_lock_waiters
