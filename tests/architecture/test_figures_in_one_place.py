@@ -10,8 +10,7 @@ docs/SCALING.md that does not exist.
 import re
 from pathlib import Path
 
-from tests.architecture.test_layers import ROOT
-from tests.architecture.test_operations_face import APPS
+from tests.architecture.test_layers import PACKAGES, ROOT
 
 SCALING = ROOT / "docs" / "SCALING.md"
 # A measured duration: microseconds at all, or milliseconds with a fraction
@@ -42,7 +41,7 @@ def _flat(text: str) -> str:
 def test_no_module_quotes_a_measured_duration() -> None:
     found = [
         f"{path.relative_to(ROOT)}: {match.group(0)!r}"
-        for path in _modules(*APPS)
+        for path in _modules(*PACKAGES)
         for match in _MEASURED.finditer(_flat(path.read_text()))
     ]
 
@@ -57,7 +56,7 @@ def test_every_pointer_into_scaling_names_a_section_of_it() -> None:
     }
     pointers = {
         (path.relative_to(ROOT).as_posix(), match.group(1))
-        for path in _modules(*APPS, "tests")
+        for path in _modules(*PACKAGES, "tests")
         for match in _POINTER.finditer(_flat(path.read_text()))
     }
 

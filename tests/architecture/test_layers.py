@@ -18,6 +18,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+# The project's packages, as [tool.importlinter] declares them.
+PACKAGES: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+    "root_packages"
+]
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:
@@ -37,10 +41,7 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
     # Within a layer too: a circle is two modules that cannot be read, or
     # changed, one without the other. An import inside a function (to dodge
     # the import-time error a circle raises) counts as any other.
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
-        "root_packages"
-    ]
-    graph = grimp.build_graph(*packages, include_external_packages=False)
+    graph = grimp.build_graph(*PACKAGES, include_external_packages=False)
     circles = {
         tuple(sorted((module, imported)))
         for module in graph.modules
