@@ -36,6 +36,12 @@ from django.conf import settings
 
 from idempotency.canonical import canonical_json
 
+# What the fingerprint is, as the published policy states it (§3 rule 15):
+# the three parts fingerprint_request hashes, and how.
+CANONICALIZATION = "RFC 8785"
+HASH = "SHA-256"
+COVERS = ("method", "path", "body")
+
 # Enough to point at every field of a payment (4 parts) and of an order of up
 # to 76 lines; an order of 100 lines has 303 parts (3 members, 100 lines, 200
 # fields). A larger body is compared down to the parts the budget reaches,

@@ -58,7 +58,7 @@ from api.openapi.problems import (
     problem_responses,
 )
 from api.openapi.reads import Decorator, read_schema
-from idempotency import policy
+from idempotency import policy, published
 from idempotency.errors import (
     IdempotencyKeyConflict,
     IdempotencyKeyInProgress,
@@ -69,7 +69,7 @@ from idempotency.errors import (
 )
 from idempotency.headers import KEY_PATTERN
 from idempotency.models import IdempotencyKey, StoredAnswer
-from idempotency.serializers import IdempotencyKeyOutput
+from idempotency.serializers import IdempotencyKeyOutput, IdempotencyPolicyOutput
 
 # The key every example sends; the look-up's examples (below) find it.
 EXAMPLE_KEY = "7f2c6d8e-1b4a-4c1e-9f3a-2d5e8b7c9a01"
@@ -555,4 +555,39 @@ get_idempotency_key = read_schema(
         )
     ],
     parameters=[KEY_IN_PATH],
+)
+
+
+# --- The policy as data ------------------------------------------------------
+
+get_idempotency_policy = read_schema(
+    operation_id="getIdempotencyPolicy",
+    summary="Read the idempotency policy",
+    description=(
+        "The numbers a client needs to retry commands safely, from the running settings, "
+        "and every route that requires an `Idempotency-Key` (its path template as this "
+        "schema names it). It needs no token, and may be cached for its "
+        "`Cache-Control: max-age`.\n\n"
+        "A client never retries an intent under the same key past `retentionSeconds` after "
+        "its first attempt: the key would then be a new key, and the command would execute "
+        "again. Past it, reconcile from the resources, or use an id you choose "
+        "(`PUT /v1/orders/{orderId}`), which never expires."
+    ),
+    tag="idempotency",
+    response=OpenApiResponse(IdempotencyPolicyOutput, "The policy in force."),
+    refusals=[],
+    parameters=[
+        OpenApiParameter(
+            "Cache-Control",
+            location=OpenApiParameter.HEADER,
+            response=[200],
+            required=True,
+            type=str,
+            description=(
+                f"`public, max-age={published.MAX_AGE_SECONDS}`: how long the policy may be "
+                "kept. Its numbers change only when the service restarts with other settings."
+            ),
+        )
+    ],
+    public=True,
 )

@@ -124,3 +124,69 @@ class IdempotencyKeyOutput(serializers.Serializer[IdempotencyKey]):
     @extend_schema_field(IdempotencyKeyLinksOutput)
     def get_links(self, record: IdempotencyKey) -> dict[str, str | None]:
         return {"self": key_path(record.key), **answer_links(record)}
+
+
+class FingerprintPolicyOutput(serializers.Serializer[Any]):
+    """How a request's fingerprint is made: what makes a retry "the same request"."""
+
+    canonicalization = serializers.CharField(
+        help_text="How the JSON body is put in one form before hashing: `RFC 8785`."
+    )
+    hash = serializers.CharField(help_text="The digest: `SHA-256`.")
+    covers = serializers.ListField(
+        child=serializers.CharField(),
+        help_text=(
+            "What the fingerprint covers: `method`, `path` (with its parameters) and `body`; "
+            "headers and the media type's parameters are not part of it."
+        ),
+    )
+
+
+class CommandRouteOutput(serializers.Serializer[Any]):
+    """A route that requires an `Idempotency-Key`."""
+
+    method = serializers.CharField(help_text="`POST`, `PUT`, `PATCH` or `DELETE`.")
+    path = serializers.CharField(
+        help_text="The route as this schema names it: `/v1/orders/{orderId}/cancel`."
+    )
+
+
+class IdempotencyPolicyOutput(serializers.Serializer[Any]):
+    """The numbers a client needs to retry safely, from the running settings."""
+
+    header = serializers.CharField(help_text="The header that carries the key.")
+    keyMaxLength = serializers.IntegerField(
+        help_text="The longest key, in characters (visible ASCII `!` to `~` but the comma)."
+    )
+    retentionSeconds = serializers.IntegerField(
+        help_text=(
+            "How long a completed key is kept and replayed, from its first request "
+            "(`IDEMPOTENCY_KEY_TTL`). Never retry under a key past it: the key would then be "
+            "a new key, and the command would execute again."
+        )
+    )
+    waitSeconds = serializers.FloatField(
+        help_text=(
+            "How long a copy of a command still executing waits for it before "
+            "`409 IdempotencyKeyInProgress` (`IDEMPOTENCY_WAIT`)."
+        )
+    )
+    lockTimeoutSeconds = serializers.FloatField(
+        help_text=(
+            "How long one statement of a command, or one pause between two, may last before "
+            "the database ends the command's transaction and frees its key "
+            "(`IDEMPOTENCY_LOCK_TIMEOUT`): the key of a hung process is free again within "
+            "it, that of a dead process at once."
+        )
+    )
+    storagePerPrincipalBytes = serializers.IntegerField(
+        help_text=(
+            "The most one principal's stored keys may hold within the retention "
+            "(`IDEMPOTENCY_STORAGE_PER_PRINCIPAL`); past it, a new key is "
+            "`429 KeyQuotaExceeded`."
+        )
+    )
+    fingerprint = FingerprintPolicyOutput()
+    commands = CommandRouteOutput(
+        many=True, help_text="Every route that requires the key, sorted by path template."
+    )

@@ -10,11 +10,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 _SNAKE_PARAMETER = re.compile(r"\{([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\}")
+# A parameter of a Django route: ``<id:order_id>``, ``<order_id>``.
+_ROUTE_PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
 
 
 def _camel(snake: str) -> str:
     first, *rest = snake.split("_")
     return first + "".join(part.capitalize() for part in rest)
+
+
+def openapi_path(route: str) -> str:
+    """``v1/orders/<id:order_id>`` → ``/v1/orders/{orderId}``: a route as the schema names it."""
+    return "/" + _ROUTE_PARAMETER.sub(lambda m: "{" + _camel(m.group(1)) + "}", route.lstrip("/"))
 
 
 def camel_case_path_parameters(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

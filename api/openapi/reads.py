@@ -48,22 +48,24 @@ def read_schema(
     parameters: Sequence[OpenApiParameter] = (),
     retry_after: bool = False,
     conditional: bool = False,
+    public: bool = False,
 ) -> Decorator:
     """``extend_schema`` for a read: its body, ``401`` and the other errors.
 
     ``refusals`` are the read's own: ``404`` for a resource, ``400`` for a list.
     ``conditional``: the read answers an ``ETag``, and ``304`` to ``If-None-Match``
     (:func:`api.conditional.conditional_read`).
+    ``public``: the read needs no token and reads no database (the idempotency
+    policy), so it has no ``401``, ``429`` or ``503`` to document.
     """
     every_refusal = [
-        NOT_AUTHENTICATED,
-        AUTHENTICATION_FAILED,
+        *(() if public else (NOT_AUTHENTICATED, AUTHENTICATION_FAILED)),
         *refusals,
         URI_TOO_LONG,
         NOT_ACCEPTABLE,
-        THROTTLED,
+        *(() if public else (THROTTLED,)),
         INTERNAL_ERROR,
-        SERVICE_UNAVAILABLE,
+        *(() if public else (SERVICE_UNAVAILABLE,)),
     ]
     problems = problem_responses(every_refusal, operation_id=operation_id, own=refusals)
     return extend_schema(
@@ -76,9 +78,18 @@ def read_schema(
             *parameters,
             *((IF_NONE_MATCH, ETAG) if conditional else ()),
             REQUEST_ID,
-            WWW_AUTHENTICATE,
-            retry_after_header(
-                ([200, 304] if conditional else [200]) + [429, 503] if retry_after else [429, 503]
+            *(
+                ()
+                if public
+                else (WWW_AUTHENTICATE, retry_after_header(_retried(retry_after, conditional)))
             ),
         ],
+        # No token: no security requirement (None leaves drf-spectacular's own).
+        auth=[] if public else None,
     )
+
+
+def _retried(retry_after: bool, conditional: bool) -> list[int]:
+    """The statuses that carry ``Retry-After``: 429 and 503, and the read's own if it asks."""
+    own = ([200, 304] if conditional else [200]) if retry_after else []
+    return [*own, 429, 503]

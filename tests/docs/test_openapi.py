@@ -21,6 +21,8 @@ from idempotency import schema as command_schemas
 from idempotency.schema import NOT_STORED, STORED, STORED_ANSWERS, all_stored_answers
 
 COMMAND_METHODS = ("post", "put", "patch", "delete")
+# What a client reads before it has a token: the policy (§3 rule 15).
+PUBLIC = {"/v1/idempotency-policy"}
 # Each problem response has its component (api.openapi.problems.problem_responses).
 PROBLEM_REF = re.compile(r"#/components/schemas/\w+Problem")
 # Every URL a page names, whatever the attribute or script that names it.
@@ -107,7 +109,7 @@ def test_command_409_names_every_conflict_it_can_answer(schema: dict[str, Any]) 
 
 
 def test_every_read_documents_401_and_404_or_for_a_list_400(schema: dict[str, Any]) -> None:
-    reads = operations(schema, ("get",))
+    reads = [read for read in operations(schema, ("get",)) if read[0] not in PUBLIC]
 
     assert len(reads) == 10
     for path, method, operation in reads:
@@ -186,7 +188,11 @@ def test_every_operation_requires_the_bearer_token(schema: dict[str, Any]) -> No
         "description": schema["components"]["securitySchemes"]["bearerAuth"]["description"],
     }
     for path, method, operation in everything:
-        assert operation["security"] == [{"bearerAuth": []}], (method, path)
+        if path in PUBLIC:
+            assert "security" not in operation, (method, path)
+            assert "401" not in operation["responses"], (method, path)
+        else:
+            assert operation["security"] == [{"bearerAuth": []}], (method, path)
 
 
 def test_the_api_description_states_retention_and_conflict_policy(schema: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from django.urls import get_resolver
 
+from idempotency import published
 from idempotency.schema import all_stored_answers, stored_statuses
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,3 +169,12 @@ def test_the_quick_loop_paragraph_names_every_marker_make_check_leaves_out() -> 
 
     assert set(re.findall(r"not (\w+)", check_markers)) == markers
     assert {marker for marker in markers if f"`{marker}`" not in paragraph} == set()
+
+
+def test_the_readmes_command_list_is_the_one_the_service_publishes() -> None:
+    section = README.split("## The idempotency policy")[1].split("\n## ")[0]
+    prose = " ".join(section.split())
+
+    for route in published.command_routes():
+        spelled = re.sub(r"\{\w+\}", "{id}", str(route))
+        assert f"`{spelled}`" in prose, spelled
