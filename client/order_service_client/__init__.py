@@ -10,8 +10,9 @@ promise, the part only a client can keep:
   it (:mod:`order_service_client.keys`);
 - retries of exactly the outcomes that may change, waiting as the service
   says or with jittered backoff, within a deadline that outlasts a
-  failover and never outlasts the key's retention
-  (:mod:`order_service_client.retry`);
+  failover and never outlasts the key's retention, which the service
+  publishes (:mod:`order_service_client.retry`,
+  :mod:`order_service_client.policy`);
 - the service's problem+json errors as exceptions
   (:mod:`order_service_client.errors`);
 - orders placed under ids the caller chooses (``put_order``), and commands
@@ -57,6 +58,7 @@ from order_service_client.errors import (
     Conflict,
     IdempotencyKeyConflict,
     IdempotencyKeyInProgress,
+    KeyLifetimeOver,
     NotFound,
     OperationTimeout,
     OrderAlreadyExists,
@@ -86,6 +88,7 @@ from order_service_client.keys import (
     SQLiteKeyStore,
     new_key,
 )
+from order_service_client.policy import ServicePolicy
 from order_service_client.retry import FAILOVER_GOAL_S, RetryEvent, RetryPolicy
 from order_service_client.webhooks import (
     DEFAULT_WEBHOOK_TOLERANCE,
@@ -112,6 +115,7 @@ __all__ = [
     "IdempotencyKeyConflict",
     "IdempotencyKeyInProgress",
     "Inbox",
+    "KeyLifetimeOver",
     "KeyStore",
     "LeasingKeyStore",
     "MemoryInbox",
@@ -129,6 +133,7 @@ __all__ = [
     "SQLiteInbox",
     "SQLiteKeyStore",
     "ServerError",
+    "ServicePolicy",
     "Throttled",
     "Unprocessable",
     "ValidationFailed",

@@ -21,6 +21,7 @@ import httpx
 from order_service_client._version import __version__
 from order_service_client.errors import (
     ApiError,
+    KeyLifetimeOver,
     OperationTimeout,
     RetriesExhausted,
     error_from_response,
@@ -33,6 +34,7 @@ from order_service_client.keys import (
     MemoryKeyStore,
     new_key,
 )
+from order_service_client.policy import ServicePolicy, max_age
 from order_service_client.retry import RetryEvent, RetryPolicy, parse_retry_after, transient
 
 USER_AGENT = f"order-service-client/{__version__} httpx/{httpx.__version__}"
@@ -121,10 +123,11 @@ class _Call:
     content: bytes | None = None
     key: str | None = None
     if_match: str | None = None
-    # Seconds, from the call, in which the key may still be retried: what is
-    # left of the service's retention since the key's first use. No retry
-    # under the key starts after it (docs/SPECIFICATION.md §3 rule 13).
-    key_retention: float | None = None
+    # Seconds since the key's first use, when the call was made: 0 for a key
+    # of this call, what the key store tells for an intent's. No attempt
+    # under the key starts past the service's retention counted from its
+    # first use (docs/SPECIFICATION.md §3 rule 15). None: a read, no key.
+    key_age: float | None = None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -184,10 +187,26 @@ class _Attempts:
         self.started = core._clock()
         self.count = 0
         self.policy = core._retry
-        if call.key_retention is not None:
+        # Whether the key's end, not the policy's deadline or the caller's,
+        # is what stops the retries.
+        self.key_ends_first = False
+        if call.key_age is not None and call.key is not None:
             # Past the key's retention the service may have forgotten it,
             # and a retry under it would execute the command again.
-            key_end = self.started + call.key_retention
+            self.retention = core._key_retention()
+            left = self.retention - call.key_age
+            if left <= 0:
+                raise KeyLifetimeOver(
+                    key=call.key,
+                    method=call.method,
+                    path=call.path,
+                    first_used_ago=call.key_age,
+                    retention=self.retention,
+                )
+            key_end = self.started + left
+            self.key_ends_first = key_end < self.started + self.policy.deadline and (
+                until is None or key_end < until
+            )
             until = key_end if until is None else min(until, key_end)
         if until is not None and until - self.started < self.policy.deadline:
             # A caller's own deadline (wait's timeout) is never overrun by a retry.
@@ -254,6 +273,16 @@ class _Attempts:
                 response: httpx.Response | None = outcome
             else:
                 error, response = outcome, None
+            if self._stopped_by_the_keys_end():
+                raise KeyLifetimeOver(
+                    key=self.call.key or "",
+                    method=self.call.method,
+                    path=self.call.path,
+                    first_used_ago=(self.call.key_age or 0.0) + elapsed,
+                    retention=self.retention,
+                    attempts=self.count,
+                    last_error=error,
+                ) from error
             raise RetriesExhausted(
                 attempts=self.count,
                 elapsed=elapsed,
@@ -275,6 +304,11 @@ class _Attempts:
                 )
             )
         return delay
+
+    def _stopped_by_the_keys_end(self) -> bool:
+        # The policy stops at its deadline, or at its count: only the first is the key's end.
+        attempts_left = self.policy.max_attempts is None or self.count < self.policy.max_attempts
+        return self.key_ends_first and attempts_left
 
 
 class _ClientCore:
@@ -303,6 +337,39 @@ class _ClientCore:
         self._clock = clock
         # Jitter needs no secrecy, only spread.
         self._rng = rng or random.Random()  # noqa: S311
+        # The service's policy as last read, and when to read it again.
+        self._policy: ServicePolicy | None = None
+        self._policy_read_by = float("-inf")
+
+    # The service's policy (order_service_client.policy).
+
+    def _policy_due(self) -> bool:
+        return self._clock() >= self._policy_read_by
+
+    def _take_policy(self, response: httpx.Response | None) -> None:
+        """Keep the policy this answer holds; ``None``: no answer came, ask again next time.
+
+        A ``404`` is a service that publishes none: the client counts with
+        its key store's retention until the answer's age is up. Any other
+        answer that is not the policy (a proxy's ``502``) keeps what was read
+        before, and the next command asks again.
+        """
+        if response is None:
+            return
+        policy = ServicePolicy.from_response(response)
+        if policy is None and response.status_code != 404:
+            return
+        self._policy = policy
+        self._policy_read_by = self._clock() + max_age(response)
+
+    def _key_retention(self) -> float:
+        """Seconds the service keeps a key from its first use: its policy's, or the store's."""
+        if self._policy is not None:
+            return self._policy.retention_seconds
+        return self._store_retention()
+
+    def _store_retention(self) -> float:
+        return float(getattr(self._key_store, "retention", DEFAULT_RETENTION))
 
     def _http_options(self) -> dict[str, Any]:
         return {
@@ -338,11 +405,13 @@ class _ClientCore:
         if key is not None and intent is not None:
             raise ValueError("pass a key or an intent, not both")
         # A key of this call (new, or the caller's) is first used now; an
-        # intent's may have been used long ago, which a leasing store tells.
-        retention = float(getattr(self._key_store, "retention", DEFAULT_RETENTION))
+        # intent's may have been used long ago, which a leasing store tells
+        # as the time left of its own retention.
+        age = 0.0
         if key is None and intent is not None:
             if isinstance(self._key_store, LeasingKeyStore):
-                key, retention = self._key_store.lease(intent)
+                key, left = self._key_store.lease(intent)
+                age = max(self._store_retention() - left, 0.0)
             else:
                 key = self._key_store.key_for(intent)
         return _Call(
@@ -351,7 +420,7 @@ class _ClientCore:
             content=content.encode(),
             key=_check_key(new_key() if key is None else key),
             if_match=if_match,
-            key_retention=retention,
+            key_age=age,
         )
 
     def _create_order_call(

@@ -26,6 +26,7 @@ from order_service_client._core import (
     _path,
 )
 from order_service_client.keys import KeyStore
+from order_service_client.policy import POLICY_PATH, ServicePolicy
 from order_service_client.retry import RetryEvent, RetryPolicy
 
 __all__ = ["AsyncOrderServiceClient"]
@@ -200,6 +201,21 @@ class AsyncOrderServiceClient(_ClientCore):
                 return body
             await self._sleep(delay)
 
+    async def policy(self) -> ServicePolicy | None:
+        """The service's idempotency policy, read again once its ``max-age`` is up.
+
+        ``None`` when the service publishes none or could not be asked: the
+        client then counts with its key store's retention. Read once, not
+        retried: a command's own retries ride out an outage.
+        """
+        if self._policy_due():
+            try:
+                response = await self._http.request("GET", POLICY_PATH, timeout=self._timeout)
+            except httpx.TransportError:
+                response = None
+            self._take_policy(response)
+        return self._policy
+
     async def _send(self, call: _Call, *, until: float | None = None) -> tuple[httpx.Response, int]:
         attempts = self._attempts(call, until)
         while True:
@@ -222,6 +238,8 @@ class AsyncOrderServiceClient(_ClientCore):
             await self._sleep(delay)
 
     async def _run(self, call: _Call) -> CommandResult:
+        if self._policy_due():
+            await self.policy()
         response, attempts = await self._send(call)
         return self._command_result(call, response, attempts)
 

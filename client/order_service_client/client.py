@@ -76,6 +76,7 @@ from order_service_client._core import (
     _path,
 )
 from order_service_client.keys import KeyStore
+from order_service_client.policy import POLICY_PATH, ServicePolicy
 from order_service_client.retry import RetryEvent, RetryPolicy
 
 __all__ = ["CommandResult", "OrderServiceClient", "Versioned"]
@@ -404,6 +405,21 @@ class OrderServiceClient(_ClientCore):
 
     # The loop.
 
+    def policy(self) -> ServicePolicy | None:
+        """The service's idempotency policy, read again once its ``max-age`` is up.
+
+        ``None`` when the service publishes none or could not be asked: the
+        client then counts with its key store's retention. Read once, not
+        retried: a command's own retries ride out an outage.
+        """
+        if self._policy_due():
+            try:
+                response = self._http.request("GET", POLICY_PATH, timeout=self._timeout)
+            except httpx.TransportError:
+                response = None
+            self._take_policy(response)
+        return self._policy
+
     def _send(self, call: _Call, *, until: float | None = None) -> tuple[httpx.Response, int]:
         """The final answer to ``call`` and the attempts it took; retried as the policy says.
 
@@ -430,6 +446,8 @@ class OrderServiceClient(_ClientCore):
             self._sleep(delay)
 
     def _run(self, call: _Call) -> CommandResult:
+        if self._policy_due():
+            self.policy()
         response, attempts = self._send(call)
         return self._command_result(call, response, attempts)
 

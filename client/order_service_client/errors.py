@@ -23,6 +23,7 @@ code on the server never breaks a ``except NotFound`` here::
     │   │   └── Throttled         429, retried by the client
     │   └── ServerError           5xx
     ├── RetriesExhausted          no final answer within the retry policy: outcome unknown
+    ├── KeyLifetimeOver           the service may have forgotten the key: no retry under it
     ├── OperationTimeout          still processing when wait() gave up (a TimeoutError)
     ├── WebhookVerificationFailed a delivery is not the service's: .reason (webhooks.py)
     └── DeliveryInProgress        another delivery of the event is being handled (webhooks.py)
@@ -49,6 +50,7 @@ __all__ = [
     "Conflict",
     "IdempotencyKeyConflict",
     "IdempotencyKeyInProgress",
+    "KeyLifetimeOver",
     "NotFound",
     "OperationTimeout",
     "OrderAlreadyExists",
@@ -270,6 +272,62 @@ class RetriesExhausted(OrderServiceError):
         super().__init__(
             f"{method} {path}: no final answer after {attempts} attempt(s) in {elapsed:.1f} s"
             f" (last: {last}).{advice}"
+        )
+
+
+class KeyLifetimeOver(OrderServiceError):
+    """No attempt under the key may start: the service's retention since its first use is over.
+
+    The service keeps a key for its retention (the policy's
+    ``retentionSeconds``, 24 hours by default) from the key's first request,
+    and then forgets it: the same request under it would be a new command,
+    and could execute the action a second time. So the client sends nothing
+    more under it, whether the retention ended between two retries or
+    before a rerun of an intent started.
+
+    What to do: find out whether the action happened from what it would
+    have made (the orders, the payments: the key's look-up can no longer
+    tell), and if it did not, start it again as a new intent, under a new
+    key. An action that may be retried that late is better placed under an
+    id you choose (``put_order``), which never expires.
+
+    :ivar key: the key whose lifetime is over.
+    :ivar method: the request's method.
+    :ivar path: the request's path.
+    :ivar first_used_ago: seconds since the key's first use, when the client stopped.
+    :ivar retention: the service's retention, in seconds.
+    :ivar attempts: the attempts this call made (0: it sent nothing).
+    :ivar last_error: the last attempt's failure, if it made any: also the ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        method: str,
+        path: str,
+        first_used_ago: float,
+        retention: float,
+        attempts: int = 0,
+        last_error: Exception | None = None,
+    ) -> None:
+        self.key = key
+        self.method = method
+        self.path = path
+        self.first_used_ago = first_used_ago
+        self.retention = retention
+        self.attempts = attempts
+        self.last_error = last_error
+        outcome = (
+            "sent nothing"
+            if attempts == 0
+            else f"stopped after {attempts} attempt(s) without a final answer"
+        )
+        super().__init__(
+            f"{method} {path}: {outcome}. The Idempotency-Key {key!r} was first used"
+            f" {first_used_ago:.0f} s ago, and the service keeps keys {retention:.0f} s: a retry"
+            " under it could execute the action again. Find out from the resources whether it"
+            " happened; if not, start it again under a new key."
         )
 
 

@@ -33,12 +33,15 @@ refusal, never makes the store forget; only time does.
   first took its key: the earliest moment a request under it can have
   reached the service, whose own retention counts from the first request
   that did. A key is never sent again once the service may have forgotten
-  it (docs/SPECIFICATION.md §3 rule 13): to the service it would be a new
+  it (docs/SPECIFICATION.md §3 rule 15): to the service it would be a new
   key, and the command would run again with nothing to say so. The client
-  cuts a call's retries short at the same moment (:meth:`MemoryKeyStore.lease`
-  tells it how long its key has left). Raise ``retention`` with the
-  service's ``IDEMPOTENCY_KEY_TTL``; a shorter one hands out a new key
-  while the service would still have replayed the old one.
+  reads the service's retention from its published policy
+  (:mod:`order_service_client.policy`) and stops a call's retries at the
+  key's end (:meth:`MemoryKeyStore.lease` tells it how long ago the key was
+  first used), raising :class:`~order_service_client.errors.KeyLifetimeOver`.
+  Keep ``retention`` at least the service's ``IDEMPOTENCY_KEY_TTL``; a
+  shorter one hands out a new key while the service would still have
+  replayed the old one.
 - Entries first used more than ``retention`` ago are purged whenever the
   store is used, so its size is bounded by the intents of one retention
   period. An expired intent gets a new key: to the service the old one

@@ -29,9 +29,10 @@ backing off from 0.1 s, are spent in about six seconds on average (the
 mean of full jitter), long before the new primary serves. The default
 ``deadline`` is twice the failover's
 goal, and no default count is set. The deadline is also cut, call by
-call, to what is left of the key's retention since its first use: a
-retry after the service may have forgotten the key would execute the
-command again (docs/SPECIFICATION.md §3 rule 13).
+call, to what is left of the key's retention since its first use, as the
+service publishes it (:mod:`order_service_client.policy`): a retry after
+the service may have forgotten the key would execute the command again
+(docs/SPECIFICATION.md §3 rule 15).
 
 What is worth retrying (:meth:`RetryPolicy.retryable`):
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 from order_service_client import KeyStore, OrderServiceClient, RetryEvent, RetryPolicy
+from order_service_client.policy import POLICY_PATH
 
 # What a scripted request gets: an answer, or an exception raised as the
 # transport would raise it.
@@ -99,16 +100,32 @@ class Sent:
 
 
 class Script:
-    """Plays ``outcomes`` in order, one per request; the last one again for any further request."""
+    """Plays ``outcomes`` in order, one per request; the last one again for any further request.
 
-    def __init__(self, *outcomes: Outcome, time: FakeTime, latency: float = 0.0) -> None:
+    Reads of the idempotency policy are answered apart, by ``policy`` (by
+    default a ``404``: a service that publishes none), and recorded in
+    :attr:`policy_reads`, not in :attr:`sent`.
+    """
+
+    def __init__(
+        self,
+        *outcomes: Outcome,
+        time: FakeTime,
+        latency: float = 0.0,
+        policy: Outcome | None = None,
+    ) -> None:
         assert outcomes
         self.outcomes = list(outcomes)
         self.time = time
         self.latency = latency
+        self.policy = policy or problem(404, "NotFound")
         self.sent: list[Sent] = []
+        self.policy_reads: list[Sent] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == POLICY_PATH:
+            self.policy_reads.append(Sent(request=request, at=self.time.now))
+            return self.policy(request)
         self.sent.append(Sent(request=request, at=self.time.now))
         self.time.now += self.latency
         outcome = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
@@ -142,3 +159,25 @@ def client_for(
 ORDER = {"id": "ord_1", "status": "pending", "totalAmount": 3980, "currency": "RUB"}
 CREATED = {"status": "succeeded", "orderId": "ord_1", "order": ORDER, "links": {}}
 ORDER_LINES = [{"sku": "ABC", "qty": 2}]
+
+
+def published_policy(*, retention: float, max_age: int = 300) -> Outcome:
+    """The service's ``GET /v1/idempotency-policy``, with its retention."""
+    return answer(
+        200,
+        {
+            "header": "Idempotency-Key",
+            "keyMaxLength": 255,
+            "retentionSeconds": retention,
+            "waitSeconds": 2.0,
+            "lockTimeoutSeconds": 30.0,
+            "storagePerPrincipalBytes": 536870912,
+            "fingerprint": {
+                "canonicalization": "RFC 8785",
+                "hash": "SHA-256",
+                "covers": ["method", "path", "body"],
+            },
+            "commands": [{"method": "POST", "path": "/v1/orders"}],
+        },
+        headers={"Cache-Control": f"public, max-age={max_age}"},
+    )

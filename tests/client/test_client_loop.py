@@ -20,6 +20,7 @@ from order_service_client import (
     AuthenticationFailed,
     CommandResult,
     IdempotencyKeyConflict,
+    KeyLifetimeOver,
     MemoryKeyStore,
     OperationTimeout,
     OrderServiceClient,
@@ -45,6 +46,7 @@ from tests.client.fakes import (
     client_for,
     fail,
     problem,
+    published_policy,
 )
 
 
@@ -425,17 +427,17 @@ def test_an_intents_retries_stop_at_its_keys_retention_since_its_first_use() -> 
     keys = MemoryKeyStore(retention=100.0, clock=time.clock)
     script = Script(problem(503, "ServiceUnavailable", headers={"Retry-After": "1"}), time=time)
 
-    def run(client: OrderServiceClient) -> None:
-        with pytest.raises(RetriesExhausted):
+    def run(client: OrderServiceClient, stopped_by: type[Exception]) -> None:
+        with pytest.raises(stopped_by):
             client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, intent="cart")
 
     with client_for(script, key_store=keys) as client:
-        run(client)
+        run(client, RetriesExhausted)
         first_run = len(script.sent)
         time.now = 90.0
-        run(client)
+        run(client, KeyLifetimeOver)
         time.now = 100.0
-        run(client)
+        run(client, RetriesExhausted)
 
     first_key = script.sent[0].key
     under_first_key = [sent for sent in script.sent if sent.key == first_key]
@@ -453,11 +455,91 @@ def test_a_calls_own_key_is_retried_no_longer_than_the_retention() -> None:
     script = Script(fail(httpx.ConnectError), time=time)
     client = client_for(script, key_store=keys)
 
-    with client, pytest.raises(RetriesExhausted):
+    with client, pytest.raises(KeyLifetimeOver) as raised:
         client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, key="k-own")
 
     assert all(sent.at < 20.0 for sent in script.sent)
     assert script.sent[-1].at > 10.0
+    assert raised.value.attempts == len(script.sent)
+    assert isinstance(raised.value.last_error, httpx.ConnectError)
+
+
+# The service's published policy: its retention, not the client's guess.
+
+
+def test_the_policy_is_read_before_the_first_command_and_again_after_its_max_age() -> None:
+    time = FakeTime()
+    script = Script(
+        answer(201, CREATED), time=time, policy=published_policy(retention=86400, max_age=300)
+    )
+
+    with client_for(script) as client:
+        for now in (0.0, 100.0, 299.0, 300.0, 450.0):
+            time.now = now
+            client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES)
+        policy = client.policy()
+
+    assert [read.at for read in script.policy_reads] == [0.0, 300.0]
+    assert policy is not None
+    assert policy.retention_seconds == 86400
+    assert ("POST", "/v1/orders") in policy.commands
+
+
+def test_retries_stop_at_the_published_retention_with_the_reason_and_what_to_do() -> None:
+    # The service keeps keys 30 s: the 60 s deadline would outlast them.
+    time = FakeTime()
+    script = Script(
+        problem(503, "ServiceUnavailable", headers={"Retry-After": "1"}),
+        time=time,
+        policy=published_policy(retention=30),
+    )
+
+    with client_for(script) as client, pytest.raises(KeyLifetimeOver) as raised:
+        client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, key="k-30")
+
+    assert all(sent.at < 30.0 for sent in script.sent)
+    assert script.sent[-1].at > 25.0
+    assert raised.value.key == "k-30"
+    assert raised.value.retention == 30.0
+    assert isinstance(raised.value.last_error, ServerError)
+    assert "start it again under a new key" in str(raised.value)
+
+
+def test_an_intent_rerun_past_the_published_retention_sends_nothing_under_its_key() -> None:
+    # The key store keeps the intent's key 24 h; the service forgets it after 100 s.
+    time = FakeTime()
+    keys = MemoryKeyStore(clock=time.clock)
+    script = Script(
+        problem(503, "ServiceUnavailable", headers={"Retry-After": "1"}),
+        time=time,
+        policy=published_policy(retention=100),
+    )
+
+    with client_for(script, key_store=keys) as client:
+        with pytest.raises(RetriesExhausted):
+            client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, intent="a")
+        sent_before = len(script.sent)
+        time.now = 150.0
+        with pytest.raises(KeyLifetimeOver) as raised:
+            client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, intent="a")
+
+    assert len(script.sent) == sent_before
+    assert raised.value.attempts == 0
+    assert raised.value.first_used_ago == 150.0
+    assert raised.value.key == script.sent[0].key
+
+
+def test_a_policy_that_could_not_be_read_is_asked_for_again_at_the_next_command() -> None:
+    time = FakeTime()
+    script = Script(answer(201, CREATED), time=time, policy=fail(httpx.ConnectError))
+
+    with client_for(script) as client:
+        client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES)
+        client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES)
+        policy = client.policy()
+
+    assert len(script.policy_reads) == 3
+    assert policy is None
 
 
 # Intents: keys that outlive a call, and a crash.
