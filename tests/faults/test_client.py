@@ -41,6 +41,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # out a restart of gunicorn or a run of faults.
 POLICY = RetryPolicy(max_attempts=40, deadline=90.0, base_delay=0.05, max_delay=0.5)
 ITEM = {"sku": "ABC", "qty": 1}
+# The longest a failover left commands unanswered (docs/RELIABILITY.md).
+FAILOVER_WORST_S = 21.5
 
 
 class CountingTransport(httpx.HTTPTransport):
@@ -202,6 +204,38 @@ def test_client_rides_out_a_service_restart(
 
     found = figures.audited(audit(database_url, orders=customers, paid=customers))
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
+
+
+def test_the_default_budget_outlasts_a_failover_long_outage(
+    deployment: Deployment, token: str, database_url: str
+) -> None:
+    # The default RetryPolicy, as an application gets it: nothing listens
+    # for as long as a failover leaves commands unanswered at worst
+    # (docs/RELIABILITY.md: 21.5 s), far past the eight attempts a
+    # count-bounded budget had.
+    figures = Figures("client: default budget, 21.5 s with nothing listening")
+    deployment.start_web()
+    client, counted = new_client(deployment.service.base_url, token, figures, retry=RetryPolicy())
+    assert deployment.web is not None
+    deployment.web.terminate()
+    deployment.web.wait()
+    stopped_at = time.monotonic()
+    with client, ThreadPoolExecutor(1) as pool:
+        placed = pool.submit(
+            client.create_order, customer_id="outlasted", currency="RUB", items=[ITEM]
+        )
+        wait_for(lambda: len(counted.reasons), lambda retries: retries > 8, 30, what="9 retries")
+        # The outage's length is the scenario itself, not a wait for an event.
+        time.sleep(max(0.0, FAILOVER_WORST_S - (time.monotonic() - stopped_at)))
+        deployment.start_web()
+        figures.recovery_s = time.monotonic() - stopped_at
+        result = placed.result(timeout=RetryPolicy().deadline)
+
+    found = figures.audited(audit(database_url, orders=["outlasted"]))
+    assert result.status == 201
+    assert figures.recovery_s >= FAILOVER_WORST_S
+    assert set(counted.reasons) == {"ConnectError"}
+    assert (found.duplicates, found.lost) == (0, 0)
 
 
 def test_client_waits_out_a_killed_worker(
