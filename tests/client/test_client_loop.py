@@ -498,7 +498,8 @@ def test_retries_stop_at_the_published_retention_with_the_reason_and_what_to_do(
         client.create_order(customer_id="c-1", currency="RUB", items=ORDER_LINES, key="k-30")
 
     assert all(sent.at < 30.0 for sent in script.sent)
-    assert script.sent[-1].at > 25.0
+    # The next would have waited Retry-After (1 s) and a jitter of up to 5 s.
+    assert script.sent[-1].at > 30.0 - 1.0 - RetryPolicy().max_delay
     assert raised.value.key == "k-30"
     assert raised.value.retention == 30.0
     assert isinstance(raised.value.last_error, ServerError)
@@ -840,3 +841,31 @@ def test_the_async_client_keeps_an_intents_key_across_runs(tmp_path: Path) -> No
 
     assert script.keys == [first.key, first.key]
     assert second.replayed
+
+
+def test_the_async_client_stops_at_the_published_retention_too() -> None:
+    time = FakeTime()
+    script = Script(
+        problem(503, "ServiceUnavailable", headers={"Retry-After": "1"}),
+        time=time,
+        policy=published_policy(retention=30),
+    )
+
+    async def create() -> CommandResult:
+        async with AsyncOrderServiceClient(
+            BASE_URL,
+            TOKEN,
+            transport=httpx.MockTransport(script),
+            sleep=time.async_sleep,
+            clock=time.clock,
+        ) as client:
+            return await client.create_order(
+                customer_id="c-1", currency="RUB", items=ORDER_LINES, key="k-async"
+            )
+
+    with pytest.raises(KeyLifetimeOver) as raised:
+        asyncio.run(create())
+
+    assert len(script.policy_reads) == 1
+    assert all(sent.at < 30.0 for sent in script.sent)
+    assert raised.value.attempts == len(script.sent)
