@@ -25,7 +25,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 # puts them on the tests).
 CHECK_MARKERS := not live and not proxy and not browser and not fault and not promtool and not worker and not transactional and not slow
 
-.PHONY: install install-dev run test check typecheck faults failover demo lint fmt lock bench bench-operations bench-replication soak soak-http fuzz clean FORCE
+.PHONY: install install-dev run test check typecheck faults failover demo lint fmt lock bench bench-operations bench-replication soak soak-http fuzz conformance clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). A venv
 # that works is never removed here, whatever made it: `make run` may be
@@ -63,11 +63,13 @@ $(VENV)/.runtime: requirements.lock pyproject.toml $(VENV)/.python
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-# The Python client (client/) is a package of its own; its dependencies,
-# httpx and standardwebhooks, come locked with the dev tools.
-$(VENV)/.dev: requirements-dev.lock client/pyproject.toml $(VENV)/.runtime
+# The Python client (client/) and the conformance kit (conformance/) are
+# packages of their own; their dependencies (httpx, standardwebhooks) come
+# locked with the dev tools.
+$(VENV)/.dev: requirements-dev.lock client/pyproject.toml conformance/pyproject.toml $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.lock
 	$(PY) -m pip install --quiet --no-deps -e client
+	$(PY) -m pip install --quiet --no-deps -e conformance
 	touch $@
 
 install: $(VENV)/.runtime
@@ -130,13 +132,16 @@ run: install
 	 exit $$status
 
 # mypy needs every module at once to check one: the service's packages and
-# the tests, then the client, a package of its own. The client's options
-# differ, so it keeps a cache of its own: in one cache, each run found the
-# other's entries stale and checked everything again (15 s of each check).
+# the tests, then the client and the conformance kit, packages of their own.
+# Their options differ, so each keeps a cache of its own: in one cache, each
+# run found the other's entries stale and checked everything again (15 s of
+# each check).
 define mypy_all
 	$(BIN)/mypy $(PACKAGES) tests
 	$(BIN)/mypy --config-file client/pyproject.toml --cache-dir .mypy_cache/client \
 	  client/order_service_client
+	$(BIN)/mypy --config-file conformance/pyproject.toml --cache-dir .mypy_cache/conformance \
+	  conformance/idempotency_conformance
 endef
 
 # Debian's patroni and etcd-server, which the replicated PostgreSQL runs on
@@ -241,6 +246,16 @@ soak-http: install-dev
 fuzz: install-dev
 	@test -n "$(TOKEN)" || { echo 'make fuzz needs TOKEN=<API token> (make run prints one)' >&2; exit 2; }
 	@TOKEN='$(TOKEN)' $(BIN)/schemathesis run $(or $(BASE_URL),http://127.0.0.1:$(PORT))/v1/schema/
+
+## conformance: the idempotency conformance kit (conformance/README.md) against a
+## running service (such as `make run`'s), from outside: make conformance
+## TOKEN=osk_… [OTHER_TOKEN=osk_… of another principal] [BASE_URL=http://127.0.0.1:8000].
+## Without OTHER_TOKEN (manage.py create_api_client TENANT NAME prints one),
+## the check of keys scoped by principal is skipped.
+conformance: install-dev
+	@test -n "$(TOKEN)" || { echo 'make conformance needs TOKEN=<API token> (make run prints one)' >&2; exit 2; }
+	@$(BIN)/idempotency-conformance --base-url $(or $(BASE_URL),http://127.0.0.1:$(PORT)) \
+	  --token '$(TOKEN)' $(if $(OTHER_TOKEN),--other-token '$(OTHER_TOKEN)')
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -114,6 +114,11 @@ SLOW: dict[str, set[str]] = {
     "tests/hostile/test_pathological_bodies.py": {
         "test_work_grows_linearly_with_the_body_whatever_its_shape",
     },
+    # The conformance kit's every check against fourteen broken reference
+    # APIs, a whole run each (about 11 s in all).
+    "tests/conformance/test_kit_against_reference.py": {
+        "test_a_broken_behaviour_fails_exactly_its_checks",
+    },
     # A thousand examples, against the reference implementation.
     "tests/idempotency/test_canonical_json.py": {
         "test_bytes_are_those_of_the_reference_implementation",

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [
     ROOT / "README.md",
     ROOT / "client" / "README.md",
+    ROOT / "conformance" / "README.md",
     *sorted((ROOT / "docs").rglob("*.md")),
 ]
 # [text](target): inline links, not images' sources checked elsewhere.
