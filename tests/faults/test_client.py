@@ -23,6 +23,7 @@ from order_service_client import (
     RetryPolicy,
     SQLiteKeyStore,
 )
+from order_service_client.policy import POLICY_PATH
 
 from tests.faults.harness import (
     Deployment,
@@ -49,11 +50,15 @@ class CountingTransport(httpx.HTTPTransport):
     """httpx's transport, counting attempts and what came of them into a scenario's figures.
 
     One request per connection: the proxies' faults fall on connections.
+    ``policy_lost`` counts the reads of the idempotency policy that got no
+    answer: faults fall on them too, and the client does not retry them
+    (its next command reads the policy again).
     """
 
     def __init__(self, figures: Figures) -> None:
         super().__init__(limits=httpx.Limits(max_keepalive_connections=0))
         self.figures = figures
+        self.policy_lost = 0
         self._lock = threading.Lock()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -61,11 +66,13 @@ class CountingTransport(httpx.HTTPTransport):
             self.figures.sent += 1
         try:
             response = super().handle_request(request)
-        except httpx.ConnectError:
-            raise
-        except httpx.TransportError:
+        except httpx.TransportError as error:
             with self._lock:
-                self.figures.unanswered += 1
+                if request.url.path == POLICY_PATH:
+                    self.policy_lost += 1
+                # A refused connection is no request lost: nothing reached the service.
+                if not isinstance(error, httpx.ConnectError):
+                    self.figures.unanswered += 1
             raise
         if response.status_code >= 500:
             with self._lock:
@@ -76,8 +83,9 @@ class CountingTransport(httpx.HTTPTransport):
 class Counted:
     """Retries seen through the client's ``on_retry`` hook, into a scenario's figures."""
 
-    def __init__(self, figures: Figures) -> None:
+    def __init__(self, figures: Figures, transport: CountingTransport) -> None:
         self.figures = figures
+        self.transport = transport
         self.reasons: list[str] = []
         self._lock = threading.Lock()
 
@@ -90,9 +98,9 @@ class Counted:
 def new_client(
     base_url: str, token: str, figures: Figures, **options: Any
 ) -> tuple[OrderServiceClient, Counted]:
-    counted = Counted(figures)
     options.setdefault("retry", POLICY)
     transport = CountingTransport(figures)
+    counted = Counted(figures, transport)
     client = OrderServiceClient(base_url, token, transport=transport, on_retry=counted, **options)
     return client, counted
 
@@ -119,7 +127,7 @@ def test_client_through_lost_answers_and_resets(
     deployment.start_worker()
     shares = Shares(drop=0.4, reset=0.1, seed=7)
     with FaultProxy(deployment.service.address, mode=Mode.DROP_ANSWERS, shares=shares) as proxy:
-        client, _ = new_client(f"http://127.0.0.1:{proxy.port}", token, figures)
+        client, counted = new_client(f"http://127.0.0.1:{proxy.port}", token, figures)
         customers = [f"lossy-{i}" for i in range(16)]
         with client, ThreadPoolExecutor(4) as pool:
             placed = list(pool.map(lambda c: order_and_pay(client, c), customers))
@@ -128,7 +136,7 @@ def test_client_through_lost_answers_and_resets(
     assert (found.duplicates, found.lost, found.stuck) == (0, 0, 0)
     assert proxy.dropped >= 20
     assert proxy.reset >= 5
-    assert figures.retries >= proxy.dropped + proxy.reset
+    assert figures.retries + counted.transport.policy_lost >= proxy.dropped + proxy.reset
     # An order whose first answer was lost was answered by a replay.
     assert any(result.replayed for result in placed)
     assert [r.body["order"]["customerId"] for r in placed] == customers
@@ -144,7 +152,7 @@ def test_client_resumes_an_intent_after_its_process_died(
     with FaultProxy(deployment.service.address, mode=Mode.DROP_ANSWERS) as proxy:
         url = f"http://127.0.0.1:{proxy.port}"
         # The first process: every answer is lost, and it gives up (as if it died).
-        first, _ = new_client(
+        first, first_counted = new_client(
             url,
             token,
             figures,
@@ -166,7 +174,9 @@ def test_client_resumes_an_intent_after_its_process_died(
     assert resumed.replayed
     assert resumed.status == 201
     assert (found.duplicates, found.lost) == (0, 0)
-    assert proxy.dropped == 2
+    # Its two attempts' answers, and that of its read of the policy before them.
+    assert first_counted.transport.policy_lost == 1
+    assert proxy.dropped == 2 + 1
 
 
 def test_client_rides_out_a_service_restart(
