@@ -40,10 +40,11 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
+from order_service_client._sqlite import check_positive, immediate_transaction, require_file
 from order_service_client.errors import OrderServiceError
 
 __all__ = [
@@ -86,12 +87,6 @@ class DeliveryInProgress(OrderServiceError):
         self.event_id = event_id
 
 
-def _check_positive(name: str, seconds: float) -> float:
-    if not seconds > 0:
-        raise ValueError(f"{name} must be a positive number of seconds")
-    return float(seconds)
-
-
 def _check_event_id(event_id: str) -> None:
     if not event_id:
         raise ValueError("an event id is needed (the delivery's webhook-id)")
@@ -131,7 +126,7 @@ class MemoryInbox:
         retention: float = DEFAULT_INBOX_RETENTION,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.retention = _check_positive("retention", retention)
+        self.retention = check_positive("retention", retention)
         self._clock = clock
         # Oldest first, by the time the handler returned, so the purge stops
         # at the first id still within its retention.
@@ -207,13 +202,10 @@ class SQLiteInbox:
         timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if os.fspath(path) in {"", ":memory:"}:
-            # Every call opens its own connection, which would see its own
-            # empty database: use MemoryInbox for ids in memory.
-            raise ValueError("SQLiteInbox needs a file; use MemoryInbox in memory")
+        require_file(path, "SQLiteInbox", "MemoryInbox")
         self.path = path
-        self.retention = _check_positive("retention", retention)
-        self.lease = _check_positive("lease", lease)
+        self.retention = check_positive("retention", retention)
+        self.lease = check_positive("lease", lease)
         self._timeout = timeout
         self._clock = clock
         with self._transaction() as db:
@@ -234,19 +226,8 @@ class SQLiteInbox:
                 " ON webhook_inbox (coalesce(done_at, lease_until))"
             )
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        # As SQLiteKeyStore's: a connection per call, transactions by hand,
-        # IMMEDIATE for the write lock up front, so that what a transaction
-        # reads no other process changes before it writes.
-        with closing(sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)) as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate_transaction(self.path, timeout=self._timeout)
 
     def handle(self, event_id: str, handler: Callable[[], object]) -> bool:
         _check_event_id(event_id)

@@ -78,9 +78,11 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
+
+from order_service_client._sqlite import check_positive, immediate_transaction, require_file
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -99,12 +101,6 @@ DEFAULT_RETENTION = 24 * 60 * 60.0
 def new_key() -> str:
     """A fresh idempotency key: a random UUID, unguessable and never reused by chance."""
     return str(uuid.uuid4())
-
-
-def _check_retention(retention: float) -> float:
-    if not retention > 0:
-        raise ValueError("retention must be a positive number of seconds")
-    return float(retention)
 
 
 @runtime_checkable
@@ -144,7 +140,7 @@ class MemoryKeyStore:
         retention: float = DEFAULT_RETENTION,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.retention = _check_retention(retention)
+        self.retention = check_positive("retention", retention)
         self._clock = clock
         # Intent → (key, first use), oldest first (an entry is added at its
         # first use and never moved), so the purge stops at the first entry
@@ -201,12 +197,9 @@ class SQLiteKeyStore:
         timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if os.fspath(path) in {"", ":memory:"}:
-            # Every call opens its own connection, which would see its own
-            # empty database: use MemoryKeyStore for keys in memory.
-            raise ValueError("SQLiteKeyStore needs a file; use MemoryKeyStore in memory")
+        require_file(path, "SQLiteKeyStore", "MemoryKeyStore")
         self.path = path
-        self.retention = _check_retention(retention)
+        self.retention = check_positive("retention", retention)
         self._timeout = timeout
         self._clock = clock
         with self._transaction() as db:
@@ -231,23 +224,8 @@ class SQLiteKeyStore:
                 " ON idempotency_keys (created_at)"
             )
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        # isolation_level=None leaves transactions to the explicit BEGIN
-        # below, the same on every Python from 3.11.
-        with closing(sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)) as db:
-            # IMMEDIATE takes the write lock up front: the purge, the insert
-            # and the read below see one state of the table, with no other
-            # process's change between them.
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            # SQLite's default synchronous=FULL: once COMMIT returns, the
-            # key is on disk, before any request that carries it is sent.
-            db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate_transaction(self.path, timeout=self._timeout)
 
     def key_for(self, intent: str) -> str:
         return self.lease(intent)[0]
