@@ -10,6 +10,10 @@ from prometheus_client.registry import Collector
 from idempotency.models import IdempotencyKey
 from observability.metrics import DURATION_BUCKETS
 
+# ``command`` is the route as the URLconf spells it (``POST
+# /v1/orders/{order_id}/cancel``, commands.command_name), not the schema's and
+# the published policy's camelCased ``{orderId}``: dashboards and the alert
+# rules in deploy/prometheus/ match the label as it is.
 IDEMPOTENCY_OUTCOMES = Counter(
     "idempotency_outcomes_total",
     "Commands by what the idempotency layer did with them.",
