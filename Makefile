@@ -90,28 +90,47 @@ install-dev: $(VENV)/.dev
 ##
 ## The port is tried first, as gunicorn binds it (SO_REUSEADDR): taken, run
 ## stops there, before it migrates or revokes the last token, rather than
-## when gunicorn gives up on it.
+## when gunicorn gives up on it. Then $(VAR_DIR)/run.lock is locked for as
+## long as the run's processes live (flock, which the kernel releases when
+## the last of them ends, however it ends): a second run on the same
+## $(VAR_DIR)/ would have revoked the first one's token and shared its
+## queue, so it stops there too. A second run beside the first needs both
+## a port and a VAR_DIR of its own.
+## The payments worker runs PAYMENT_SLOTS tasks at once, in processes
+## (prefork, as deployed): two, the least docs/DEPLOYING.md ("Workers")
+## allows, so that one slow charge does not hold every payment behind it.
 ## The deliveries worker runs DELIVERY_SLOTS attempts at once, in threads (an
 ## attempt waits on a receiver, not on a CPU): more than a tenant's
 ## WEBHOOK_TENANT_CONCURRENCY (4), so that one tenant's slow receivers leave
-## slots for the others (docs/DEPLOYING.md, "Workers").
+## slots for the others (docs/DEPLOYING.md, "Workers"). Both serve their
+## metrics on 127.0.0.1 only (WORKER_METRICS_ADDR): nothing off the machine
+## scrapes them.
+PAYMENT_SLOTS ?= 2
 DELIVERY_SLOTS ?= 8
 run: SHELL := /bin/bash
 run: install
 	@$(PY) -c 'import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' \
 	   $(PORT) 2>/dev/null \
 	   || { echo "make run: port $(PORT) on 127.0.0.1 is taken (another make run?); stop what" \
-	             "listens there, or pass PORT=$$(( $(PORT) + 1 ))" >&2; exit 1; }
+	             "listens there, or start this one beside it with" \
+	             "PORT=$$(( $(PORT) + 1 )) VAR_DIR=$(VAR_DIR)-2" >&2; exit 1; }
 	@export VAR_DIR="$(abspath $(VAR_DIR))"; \
-	 mkdir -p "$$VAR_DIR" \
-	 && $(PY) manage.py migrate --noinput -v0 \
+	 mkdir -p "$$VAR_DIR" && exec 9>>"$$VAR_DIR/run.lock" || exit 1; \
+	 $(PY) -c 'import fcntl; fcntl.flock(9, fcntl.LOCK_EX | fcntl.LOCK_NB)' 2>/dev/null \
+	   || { echo "make run: another make run (port $$(cat "$$VAR_DIR/run.lock")) is serving from" \
+	             "$$VAR_DIR/ (its database, task queue and demo token); stop it, or start" \
+	             "this one beside it with PORT=$(PORT) VAR_DIR=$(VAR_DIR)-2" >&2; exit 1; }; \
+	 echo $(PORT) > "$$VAR_DIR/run.lock"; \
+	 export WORKER_METRICS_ADDR=127.0.0.1; \
+	 $(PY) manage.py migrate --noinput -v0 \
 	 && $(PY) manage.py seed_demo \
 	 && $(PY) manage.py collectstatic --noinput -v0 \
 	 && token=$$($(PY) manage.py create_api_client demo demo --revoke-earlier 2>/dev/null \
 	              | tail -n 1) \
 	 || exit 1; \
 	 set -m; \
-	 $(BIN)/celery -A config worker -Q celery --beat --pool=solo --loglevel=INFO & worker=$$!; \
+	 $(BIN)/celery -A config worker -Q celery --beat \
+	   --pool=prefork --concurrency=$(PAYMENT_SLOTS) --loglevel=INFO & worker=$$!; \
 	 WORKER_METRICS_PORT=9541 \
 	   $(BIN)/celery -A config worker -Q webhooks -n deliveries@%h \
 	     --pool=threads --concurrency=$(DELIVERY_SLOTS) --loglevel=INFO \

@@ -23,6 +23,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
 from rest_framework import exceptions as drf
 from rest_framework.serializers import as_serializer_error
 
@@ -382,7 +383,40 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
 
 
 def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if isinstance(exception, Resolver404):
+        return render_exception(NotFound(_no_route_message(request.path_info)))
     return render_exception(drf.NotFound())
+
+
+def _no_route_message(path: str) -> str:
+    """Where to go from ``path``, which no route matches: the route meant, or the API's map.
+
+    The route meant is named, never redirected to: a redirect would lose a
+    command's body (a client follows a 301 or 302 with a GET). Only a path
+    that a route matches is repeated (its ids bounded by their converter),
+    never the one sent, which may be anything. A path missing its trailing
+    slash never gets here: Django's CommonMiddleware (APPEND_SLASH)
+    redirects it to the route with one, and no command's route ends with one.
+    """
+    for candidate, difference in (
+        (path.removesuffix("/"), "without the trailing slash"),
+        ("/v1" + path, "under /v1/"),
+        ("/v1" + path.removesuffix("/"), "under /v1/ and without the trailing slash"),
+    ):
+        if candidate not in (path, "/v1") and _routed(candidate):
+            return f"No route matches this path; {candidate} does ({difference})."
+    return (
+        "No route matches this path. The API's routes are under /v1/: its schema at"
+        " /v1/schema/ lists them, and its documentation is at /docs/."
+    )
+
+
+def _routed(path: str) -> bool:
+    try:
+        resolve(path)
+    except Resolver404:
+        return False
+    return True
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

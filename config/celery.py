@@ -173,7 +173,9 @@ def _serve_worker_metrics(**kwargs: Any) -> None:
     from django.conf import settings
 
     if _metrics_directory is not None:
-        worker_metrics.serve(settings.WORKER_METRICS_PORT, _metrics_directory)
+        worker_metrics.serve(
+            settings.WORKER_METRICS_ADDR, settings.WORKER_METRICS_PORT, _metrics_directory
+        )
 
 
 @signals.worker_shutdown.connect

@@ -274,7 +274,10 @@ WEBHOOK_RETRY_BACKOFF = env.float("WEBHOOK_RETRY_BACKOFF", default=60.0)
 # Attempts of one delivery before it ends failed (the event stays in the feed).
 WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=8)
 # Deliver to loopback, private, link-local and multicast addresses too
-# (events.addresses). Off: a client's URL must not reach our own network.
+# (events.addresses). Off: a client's URL must not reach our own network,
+# and an endpoint naming one is refused 400 with this setting's name. That
+# refusal is final under its key (docs/SPECIFICATION.md §3 rule 5): after a
+# restart with the setting on, the same key replays it; a new key is needed.
 WEBHOOK_ALLOW_PRIVATE_URLS = env.bool("WEBHOOK_ALLOW_PRIVATE_URLS", default=False)
 # The most enabled endpoints one tenant may have: every event costs a
 # delivery per endpoint, so this bounds the work a tenant's command causes.
@@ -340,6 +343,10 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 # Port of a worker's own /metrics: provider calls and operations ending,
 # which only workers see (observability/worker_metrics.py); 0 serves none.
 WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=9540)
+# The address it binds: all interfaces, since Prometheus scrapes each worker
+# from another host or container (deploy/prometheus/prometheus.yml);
+# 127.0.0.1 where nothing outside the machine should see it, as `make run`.
+WORKER_METRICS_ADDR = env.str("WORKER_METRICS_ADDR", default="0.0.0.0")  # noqa: S104
 # Our JSON logging (below) applies to the worker too.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

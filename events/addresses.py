@@ -215,9 +215,12 @@ def resolve(url: str, *, tenant: Hashable | None = None) -> Target:
         if not settings.WEBHOOK_ALLOW_PRIVATE_URLS and not is_public(address):
             through = [str(ip) for ip in reached(address) if ip != address]
             reaching = f" (which reaches {' and '.join(through)})" if through else ""
+            # Named for a developer whose receiver listens on their own
+            # machine, for whom the refusal is otherwise a dead end.
             raise Refused(
                 f"The host resolves to {address}{reaching}, which is not a public address: "
-                "the service calls only addresses on the internet."
+                "the service calls only addresses on the internet, unless it runs with "
+                "WEBHOOK_ALLOW_PRIVATE_URLS=true (for receivers on its own network)."
             )
     return Target(url=url, address=str(found[0]), host=host, port=port)
 

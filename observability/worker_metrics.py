@@ -1,5 +1,8 @@
 """A Celery worker's own metrics, served on ``WORKER_METRICS_PORT`` (default 9540; 0: none).
 
+It binds ``WORKER_METRICS_ADDR``: all interfaces by default, for a
+Prometheus on another host or container; ``make run`` binds 127.0.0.1.
+
 Some facts happen only in workers: provider calls and their results,
 operations ending, their attempts. The web nodes cannot count them, and a
 worker may run on another host, so each worker serves what it counted, and
@@ -73,8 +76,8 @@ def register_series(initialise: Callable[[], None]) -> None:
     _series.append(initialise)
 
 
-def serve(port: int, directory: str) -> None:
-    """Serve the worker's metrics on ``port`` (all interfaces), in a thread of this process.
+def serve(address: str, port: int, directory: str) -> None:
+    """Serve the worker's metrics on ``address``:``port``, in a thread of this process.
 
     :raises SystemExit: the port cannot be bound; the worker does not start.
     """
@@ -83,20 +86,21 @@ def serve(port: int, directory: str) -> None:
     registry = CollectorRegistry()
     _FoldingCollector(registry, directory)
     try:
-        start_http_server(port, registry=registry)
+        start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
         # Most often another worker on the host has the port: a scrape of
         # it then returns that worker's counts, and this one's work would
         # go uncounted with nothing to show it. A worker nobody can see
         # does not start; its exit is seen at once.
         logger.error(
-            "worker metrics cannot be served on port %d (%s): give each worker on a"
+            "worker metrics cannot be served on port %d of %s (%s): give each worker on a"
             " host a WORKER_METRICS_PORT of its own (0: none)",
             port,
+            address,
             exc,
         )
         raise SystemExit(f"WORKER_METRICS_PORT {port}: {exc}") from None
-    logger.info("worker metrics on port %d", port)
+    logger.info("worker metrics on port %d of %s", port, address)
 
 
 def remove_directory(directory: str) -> None:

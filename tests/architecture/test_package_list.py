@@ -6,6 +6,7 @@ second copy of it would go stale with the first package added.
 tests/architecture/test_layers.py holds it to the repository's folders.
 """
 
+import glob
 import re
 import shutil
 import subprocess
@@ -53,6 +54,31 @@ def test_the_wheel_holds_the_root_packages_and_their_subpackages_alone() -> None
 
     assert {package.split(".")[0] for package in packages} == set(_root_packages())
     assert packages == subpackages
+
+
+def test_every_data_file_of_the_packages_ships_as_package_data_alone() -> None:
+    # Data files taken from every source file instead (setuptools'
+    # include-package-data) made each install warn, in some forty lines, of
+    # the template folder api/templates/drf_spectacular, which has no module.
+    setuptools = _pyproject()["tool"]["setuptools"]
+    patterns = setuptools["package-data"]["*"]
+    unshipped = []
+    for root in _root_packages():
+        for path in sorted((ROOT / root).rglob("*")):
+            if not path.is_file() or path.suffix in (".py", ".pyc"):
+                continue
+            # setuptools matches package-data from the file's own package.
+            package = next(p for p in path.parents if (p / "__init__.py").is_file())
+            shipped = {
+                package / match
+                for pattern in patterns
+                for match in glob.glob(pattern, root_dir=package, recursive=True)
+            }
+            if path not in shipped:
+                unshipped.append(str(path.relative_to(ROOT)))
+
+    assert setuptools["include-package-data"] is False
+    assert unshipped == [], f"not matched by [tool.setuptools.package-data]: {unshipped}"
 
 
 def test_make_type_checks_the_root_packages() -> None:

@@ -84,6 +84,27 @@ def test_private_urls_are_allowed_where_the_deployment_says_so(
     assert subscribe(api, "http://localhost:8000/hooks").status_code == 201
 
 
+def test_a_private_url_is_refused_with_the_setting_that_allows_it_and_stays_refused_under_its_key(
+    api: Api, settings: Settings
+) -> None:
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    url = "http://127.0.0.1:8000/hooks"
+
+    refused = subscribe(api, url, key="local")
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+    replayed = subscribe(api, url, key="local")
+    created = subscribe(api, url, key="local-again")
+
+    assert refused.status_code == 400
+    (message,) = problem(refused)["details"]["url"]
+    assert "WEBHOOK_ALLOW_PRIVATE_URLS=true" in message
+    # What docs/DEPLOYING.md says of the setting: the refusal is the key's
+    # final answer, so a retry under it after the change is refused again.
+    assert replayed.status_code == 400
+    assert replayed["Idempotent-Replayed"] == "true"
+    assert created.status_code == 201
+
+
 def test_an_unknown_event_type_is_refused(api: Api) -> None:
     response = subscribe(api, types=["order.created", "order.exploded"])
 

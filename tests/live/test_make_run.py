@@ -8,6 +8,8 @@ worker still booting ignored Ctrl-C and kept `make` waiting forever; this
 test drives the real recipe, on the embedded default, as a terminal does.
 """
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -19,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 import requests
@@ -33,6 +36,9 @@ PS = shutil.which("ps") or "ps"
 ENV = shutil.which("env") or "env"
 STARTED_WITHIN_S = 120
 STOPPED_WITHIN_S = 10
+# The deliveries worker's metrics port, as the Makefile sets it (the tests'
+# environment turns the payments worker's off: base_env).
+DELIVERIES_METRICS_PORT = 9541
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -46,6 +52,17 @@ def _processes_with(marker: str) -> list[int]:
                 continue
             if marker.encode() in environ.split(b"\0"):
                 found.append(int(entry.name))
+    return found
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The IPv4 addresses on which some process listens on ``port`` (/proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
     return found
 
 
@@ -166,6 +183,9 @@ def test_make_run_serves_and_stops_everything_once(
             interval=0.1,
             what="both workers of make run ready",
         )
+        # A worker's metrics are for this machine only: on all interfaces,
+        # anyone on the network could read them.
+        assert _listening_addresses(DELIVERIES_METRICS_PORT) == {"127.0.0.1"}
 
         started = time.monotonic()
         stop(make)
@@ -190,6 +210,10 @@ def test_make_run_serves_and_stops_everything_once(
     assert make.returncode == -stopped_by, output_text[-3000:]
     assert stopped_after < STOPPED_WITHIN_S, output_text[-3000:]
     assert "Traceback" not in output_text
+    # The payments worker has the two slots docs/DEPLOYING.md asks of it
+    # (Workers), in processes as deployed: with one, a slow charge held
+    # every payment behind it.
+    assert "concurrency: 2 (prefork)" in output_text, output_text[:6000]
     # Each of the two workers (payments with beat, deliveries) once.
     assert output_text.count("Warm shutdown") == 2, output_text[-3000:]
     assert output_text.count("beat: Shutting down") == 1, output_text[-3000:]
@@ -224,7 +248,94 @@ def test_make_run_on_a_taken_port_stops_at_once_and_revokes_no_token(var_dir: Pa
     assert result.returncode != 0, output
     assert took < STOPPED_WITHIN_S, output
     assert f"port {port}" in result.stderr
+    # A second run beside the first needs a var/ of its own as well.
+    assert f"PORT={port + 1} VAR_DIR={var_dir}-2" in result.stderr
     assert "Demo API token" not in output
     assert "osk_" not in output
     # Not even a database: nothing was migrated, nothing issued or revoked.
     assert not var_dir.exists()
+
+
+def test_a_second_make_run_on_the_same_var_dir_stops_at_once_and_the_first_serves_on(
+    var_dir: Path, tmp_path: Path
+) -> None:
+    # On another port it used to start: it revoked the first run's token,
+    # and two sets of workers shared one queue and one SQLite database.
+    port = free_port()
+    log = tmp_path / "make-run.log"
+    first = servers.start(
+        "make run",
+        make_run(port, var_dir),
+        log=log,
+        cwd=ROOT,
+        env=base_env(),
+        start_new_session=True,
+    )
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        service = LiveService(base_url=f"http://127.0.0.1:{port}")
+        wait_until_healthy(service, [first], within_s=STARTED_WITHIN_S)
+        printed = re.search(r"Demo API token[^:]*: (\S+)", log.read_text())
+        assert printed is not None, log.read_text()
+        headers = {"Authorization": f"Bearer {printed.group(1)}"}
+
+        other_port = free_port()
+        second_log = tmp_path / "second-make-run.log"
+        second = servers.start(
+            "second make run",
+            make_run(other_port, var_dir),
+            log=second_log,
+            cwd=ROOT,
+            env=base_env(),
+            start_new_session=True,
+        )
+        try:
+            second.wait(timeout=STOPPED_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"a second make run on {var_dir} went on:\n{second_log.read_text()[-3000:]}"
+            ) from None
+        listed = requests.get(service.url("/v1/orders"), headers=headers, timeout=10)
+
+        output = second_log.read_text()
+        assert second.returncode != 0, output
+        # Which run holds var/, and both ways out: stop it, or a var/ of one's own.
+        assert f"another make run (port {port}) is serving from {var_dir}/" in output
+        assert f"PORT={other_port} VAR_DIR={var_dir}-2" in output
+        assert "Demo API token" not in output
+        assert "osk_" not in output
+        # The first run's token still works: the second revoked nothing.
+        assert listed.status_code == 200, listed.text
+    finally:
+        # As a crash ends it: every process of the runs at once, none cleaning up.
+        for make in (first, second):
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                if make is not None:
+                    # make and its recipe's shell; the servers have groups of their own.
+                    os.killpg(make.pid, signal.SIGKILL)
+        for pid in _processes_with(f"VAR_DIR={var_dir}"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        first.wait()
+        if second is not None:
+            second.wait()
+
+    # The kernel lets the lock go with the last process that held it: the
+    # next run on this var/ is not refused by a lock nobody holds.
+    with (var_dir / "run.lock").open("a") as lock:
+        wait_for(
+            lambda: _locked(lock),
+            bool,
+            STOPPED_WITHIN_S,
+            interval=0.05,
+            what=f"{var_dir}/run.lock released once the run's processes are gone",
+        )
+
+
+def _locked(file: IO[str]) -> bool:
+    """Whether this process took ``file``'s lock, as make run takes it, without waiting."""
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
