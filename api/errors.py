@@ -2,8 +2,9 @@
 
 The body is RFC 9457 problem details (``type``, ``title``, ``status``) plus
 the members the contract names: ``error`` (a stable PascalCase code),
-``message`` (for people), ``traceId`` (the request's ``X-Request-ID``) and,
-where useful, ``details``. Domain errors subclass :class:`ApplicationError`
+``message`` (for people), ``traceId`` (the request's ``X-Request-ID``, or
+the caller's trace id when the request carries a valid W3C ``traceparent``:
+api.middleware) and, where useful, ``details``. Domain errors subclass :class:`ApplicationError`
 next to the service that raises them; DRF's and Django's own exceptions are
 translated here, and anything unexpected becomes ``500 InternalError``
 without a trace of the code that failed. A database that is down or broke

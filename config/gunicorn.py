@@ -33,11 +33,12 @@ threads = int(os.environ.get("WEB_THREADS", "8"))
 # gthread, with gunicorn's own error answers (bad request line, 414, 431, ...)
 # in the service's problem+json format.
 worker_class = "api.gunicorn_worker.ProblemJsonThreadWorker"
-# A request may wait IDEMPOTENCY_WAIT for a duplicate and hold its key for
-# at most IDEMPOTENCY_LOCK_TIMEOUT before the database ends it (settings).
-# A threaded worker's main loop keeps beating while its threads serve, so
-# this timeout does not end a slow request: it restarts a worker whose main
-# loop is stuck. nginx waits longer than this for an answer (proxy_read_timeout).
+# A request may wait IDEMPOTENCY_WAIT for a duplicate; a command stuck in
+# one statement, or idle between two, for IDEMPOTENCY_LOCK_TIMEOUT is ended
+# by the database (docs/SPECIFICATION.md §3 rule 9). A threaded worker's
+# main loop keeps beating while its threads serve, so this timeout does not
+# end a slow request: it restarts a worker whose main loop is stuck. nginx
+# waits longer than this for an answer (proxy_read_timeout).
 timeout = int(os.environ.get("WEB_TIMEOUT", "45"))
 graceful_timeout = 30
 keepalive = 5

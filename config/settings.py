@@ -187,9 +187,11 @@ IDEMPOTENCY_KEY_TTL = env.int("IDEMPOTENCY_KEY_TTL", default=86400)
 # before it is told 409 IdempotencyKeyInProgress. Commands take milliseconds;
 # two seconds absorbs a slow commit without tying up a worker for long.
 IDEMPOTENCY_WAIT = env.float("IDEMPOTENCY_WAIT", default=2.0)
-# How long one command's transaction may hold its key (seconds). The
-# database ends a transaction that runs or idles longer, which releases the
-# key of a hung process; a dead process releases it at once.
+# How long one statement of a command's transaction, or one pause between
+# two, may last (seconds). The database ends a transaction stuck in a
+# statement or idle for longer, which releases the key of a hung process; a
+# dead process releases it at once. It bounds hangs, not the transaction's
+# total time (docs/SPECIFICATION.md §3 rule 9).
 IDEMPOTENCY_LOCK_TIMEOUT = env.float("IDEMPOTENCY_LOCK_TIMEOUT", default=30.0)
 # Seconds the purge of expired keys waits between two batches of deletes:
 # with 50 ms a purge of a million keys leaves the database to commands for
@@ -409,14 +411,15 @@ what each answer's `Retry-After` says (it grows as the operation ages, up to 30 
 
 ## Errors
 Every error is `application/problem+json` with `type`, `title`, `status`, `error` (a
-stable PascalCase code), `message`, `traceId` (the response's `X-Request-ID`) and
-optional `details`.
+stable PascalCase code), `message`, `traceId` and optional `details`. The `traceId` is
+the response's `X-Request-ID`, or the trace id of a valid W3C `traceparent` the request
+carried.
 
 ## Lists
-Cursor-paginated, newest first: `{"results": […], "next": url|null, "previous": url|null,
-"nextCursor": str|null, "previousCursor": str|null}`. Follow `next`, or pass `nextCursor`
-back as `cursor`, on the list (path, filters) that issued it; `pageSize` is an integer
-from 1 to 200 (default 50).
+Cursor-paginated, newest first (the event feed oldest first): `{"results": […],
+"next": url|null, "previous": url|null, "nextCursor": str|null, "previousCursor": str|null}`.
+Follow `next`, or pass `nextCursor` back as `cursor`, on the list (path, filters) that
+issued it; `pageSize` is an integer from 1 to 200 (default 50).
 """,
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,

@@ -2,7 +2,7 @@
 
 An event is written in the transaction of the effect it records, by the
 service or handler that makes the effect (docs/SPECIFICATION.md §4 rule
-13): it exists exactly when its effect does. A delivery is one event's way
+11): it exists exactly when its effect does. A delivery is one event's way
 to one webhook endpoint; it is written in that same transaction, and an
 operation (operations.services) carries it to the endpoint, so that its
 message is published after commit, found again by the sweep when lost,

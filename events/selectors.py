@@ -38,9 +38,10 @@ def feed_of(
     snapshot ``xmin``): by then no other event can appear before it. The
     price is a lag behind the oldest transaction still running that has
     written anything, on the whole PostgreSQL server (transaction ids are
-    the server's, not one database's): milliseconds for the service's own,
-    whose commands ``IDEMPOTENCY_LOCK_TIMEOUT`` bounds. On SQLite writers take turns, and the order
-    of insertion is the order of commit.
+    the server's, not one database's): milliseconds for the service's own
+    commands, and ``IDEMPOTENCY_LOCK_TIMEOUT`` for one that hangs
+    (docs/SPECIFICATION.md §3 rule 9). On SQLite writers take turns, and the
+    order of insertion is the order of commit.
 
     :raises InvalidListQuery: ``type`` is not an event type, or ``after``
         names no event of the tenant (or one purged since).

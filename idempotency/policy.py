@@ -34,7 +34,7 @@ def wait_seconds() -> float:
 
 
 def lock_timeout_seconds() -> float:
-    """How long one command's transaction may hold its key."""
+    """How long one statement of a command, or one pause between two, may last."""
     return float(settings.IDEMPOTENCY_LOCK_TIMEOUT)
 
 

@@ -1,7 +1,7 @@
 """What one principal can make the service keep is bounded (docs/SPECIFICATION.md §3 rule 12).
 
 Every command stores its key, the field digests of its body and its answer
-for ``IDEMPOTENCY_KEY_TTL``, validation refusals included (rule 1), and a
+for ``IDEMPOTENCY_KEY_TTL``, validation refusals included (rule 5), and a
 client chooses how many commands it sends and how large. Without a bound,
 one principal sending 50 KB bodies of made-up members kept some 350 GB a
 day and filled the database's disk for every tenant. So the bytes each

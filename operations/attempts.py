@@ -84,7 +84,8 @@ class Wait:
 def attempt_operation(operation: Operation) -> None:
     """Make one attempt at a claimed operation.
 
-    Every attempt counts against ``OPERATION_MAX_ATTEMPTS``, whatever ends
+    Every attempt counts against its kind's budget (``OperationKind.budget``:
+    ``OPERATION_MAX_ATTEMPTS`` unless the kind names its own), whatever ends
     it: an exception its kind's retry policy names (a provider's timeout),
     any other (a bug, an answer the code does not expect), or the loss of
     the worker making it. The handler runs on at most that many of them; a

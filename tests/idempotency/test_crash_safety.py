@@ -1,4 +1,4 @@
-"""Rule 9 — Crash safety: a process that dies or hangs inside a command leaves no stuck key.
+"""Rule 9 — Crash safety and one transaction: a process that dies or hangs leaves no stuck key.
 
 The idempotency rules (docs/SPECIFICATION.md §3) have a key claimed, the
 command's effects written and the answer stored in one transaction, so a

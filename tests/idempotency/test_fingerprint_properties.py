@@ -2,7 +2,9 @@
 
 The fingerprint must not see how a body is spelled (member order, white
 space, number and string spelling) and must see every change of a value,
-naming the changed part by its JSON Pointer. No database is needed.
+naming the changed part by its JSON Pointer. No test here touches the
+database, but the suite starts only on PostgreSQL (tests/conftest.py), so
+these run with ``DATABASE_URL`` set like every other test.
 """
 
 import copy

@@ -14,8 +14,8 @@ Each section is headed "Rule N — Name", as the rules are named:
 - Rule 8 — Exactly once: however many copies arrive, the command runs once
   (across server processes: tests/live/test_live_service.py; one charge per
   payment: tests/orders/test_payments.py).
-- Rule 9 — Crash safety: a process that dies or hangs leaves no stuck key
-  (test_crash_safety.py).
+- Rule 9 — Crash safety and one transaction: a process that dies or hangs
+  leaves no stuck key (test_crash_safety.py).
 - Rule 10 — Retention: a key is kept for its TTL, then is a new key.
 """
 
@@ -495,7 +495,7 @@ def test_interleaved_storms_of_several_keys_each_execute_once(
     assert Order.objects.count() == 4
 
 
-# --- Rule 9 — Crash safety ---------------------------------------------------
+# --- Rule 9 — Crash safety and one transaction -------------------------------
 #
 # A process that dies or hangs inside a command, killed or stopped for real:
 # tests/idempotency/test_crash_safety.py.
