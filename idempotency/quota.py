@@ -58,8 +58,9 @@ The worst case, ``MAX_KEY_BYTES``, is 79.4 KiB: a 2 KiB path, 12 KiB of
 digests and a 64 KiB answer. A refusal (4xx) stores at most 8 KiB of answer,
 23.4 KiB in all; a validation error of a 100-line order wrong in every line
 is counted 20.8 KB (12.9 KB on disk, which compresses it). A one-line order
-is counted 1.4 KB (1.25 KB on disk). The count is a little above the disk's
-for every shape measured: it errs on the side of refusing.
+is counted 1.4 KB, a little more than it takes on disk (measured by
+``make bench``: docs/SCALING.md, *Where the time goes*). The count is above
+the disk's for every shape measured: it errs on the side of refusing.
 """
 
 import math

@@ -22,8 +22,8 @@ failing.
 
 **The default budget is time, not a count.** What a client must outlast
 is an outage of some length: a failover of PostgreSQL answers ``503``
-from the primary's death until the standby is promoted, 19.3 to 21.5 s
-measured, 30 s the goal (docs/RELIABILITY.md). A count runs out at the
+from the primary's death until the standby is promoted, 30 s at most as
+the goal (measured in docs/RELIABILITY.md, "A failover of PostgreSQL"). A count runs out at the
 speed of the failures: eight attempts against a refused connection,
 backing off from 0.1 s, are spent in about six seconds on average (the
 mean of full jitter), long before the new primary serves. The default
@@ -93,8 +93,8 @@ import httpx
 __all__ = ["FAILOVER_GOAL_S", "RetryEvent", "RetryPolicy", "parse_retry_after", "transient"]
 
 # Seconds from the death of the database's primary until the service
-# answers commands again: docs/RELIABILITY.md's goal for a failover (the
-# measured worst is 21.5 s). The default deadline is twice as long.
+# answers commands again: docs/RELIABILITY.md's goal for a failover (which
+# measures it there). The default deadline is twice as long.
 FAILOVER_GOAL_S = 30.0
 
 # 5xx answers that describe the server for good, not for now.
