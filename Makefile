@@ -25,7 +25,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 # puts them on the tests).
 CHECK_MARKERS := not live and not proxy and not browser and not fault and not promtool and not worker and not transactional and not slow
 
-.PHONY: install install-dev run test check typecheck faults failover demo lint fmt lock bench bench-operations bench-replication soak soak-http fuzz conformance clean FORCE
+.PHONY: install install-dev run test check typecheck screenshot faults failover demo lint fmt lock bench bench-operations bench-replication soak soak-http fuzz conformance clean FORCE
 
 # The venv remembers the interpreter that made it (.venv/.python). A venv
 # that works is never removed here, whatever made it: `make run` may be
@@ -195,6 +195,14 @@ check: install-dev
 ## pre-commit's hook runs it.
 typecheck:
 	$(mypy_all)
+
+## screenshot: docs/swagger-ui.png taken again from Swagger UI as the service
+## serves it (tests/docs/test_docs_browser.py), with the operations it shows
+## written into the file for make check to compare with the schema; commit it.
+screenshot: install-dev
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} REFRESH_SCREENSHOT=1 \
+	  $(BIN)/pytest -q tests/docs/test_docs_browser.py::test_swagger_ui_renders_every_endpoint_offline
 
 ## faults: the fault-injection scenarios alone (make test runs them too): each
 ## starts the service, injects one fault and prints its figures at the end.

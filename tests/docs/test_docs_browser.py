@@ -2,9 +2,12 @@
 
 gunicorn with DEBUG off serves static files only through WhiteNoise after
 ``collectstatic``, so this is the one test that shows Swagger UI and Redoc
-actually render from our own files and never call another host.
+actually render from our own files and never call another host. It also
+takes the README's picture of Swagger UI, docs/swagger-ui.png, when the
+page's operations are no longer those the picture shows.
 """
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +17,37 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, Request, Response, sync_playwright
 
+from tests.docs.screenshot import (
+    PICTURE,
+    REFRESH,
+    difference,
+    operation_lines,
+    operations_of,
+    with_operations,
+)
 from tests.support import servers
 from tests.support.live import LiveService, manage, serve, suite_database_env
 
-HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}
+# Narrower than the page fixture's: the README shows the picture about
+# 900 pixels wide, and a summary taken at 1280 would be shrunk past reading.
+PICTURE_WIDTH = 1024
+# `make screenshot` sets it: take the picture again even when its operations
+# are the page's (Swagger UI's look changed, or a summary's wording), and pass.
+REFRESH_ASKED = os.environ.get("REFRESH_SCREENSHOT") == "1"
+# Each operation block's head, as operation_lines writes a schema's operations.
+OPERATION_HEADS = """blocks => blocks.map(block => [
+    block.querySelector(".opblock-summary-method").textContent.trim().toUpperCase(),
+    block.querySelector(".opblock-summary-path").dataset.path,
+    block.querySelector(".opblock-summary-description")?.textContent.trim() ?? "",
+].join(" ").trim())"""
+# From the first tag's heading to the last operation, with a margin below as
+# above it: the endpoints, not the API's description above them nor the
+# schemas below.
+OPERATIONS_BOX = """() => {
+    const tags = [...document.querySelectorAll(".opblock-tag-section")];
+    const first = tags[0].getBoundingClientRect(), last = tags.at(-1).getBoundingClientRect();
+    return {top: first.top + window.scrollY, bottom: last.bottom + window.scrollY + 12};
+}"""
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Debian's chromium, headless, with everything that would phone home off.
@@ -108,20 +138,13 @@ class Traffic:
         ]
 
 
-def test_swagger_ui_renders_every_endpoint_offline(
-    docs_service: LiveService, page: Page, tmp_path: Path
-) -> None:
+def test_swagger_ui_renders_every_endpoint_offline(docs_service: LiveService, page: Page) -> None:
     traffic = Traffic(page)
+    page.set_viewport_size({"width": PICTURE_WIDTH, "height": 900})
 
     page.goto(docs_service.url("/docs/"))
     page.wait_for_selector(".opblock", timeout=30_000)
     page.wait_for_load_state("networkidle")
-    # The endpoints, not the API description above them, make the picture.
-    # It is taken in the test's own directory, never over the README's
-    # docs/swagger-ui.png: to refresh that one, run this test with
-    # --basetemp=DIR and copy DIR/test_swagger_ui_renders_every_0/swagger-ui.png.
-    page.locator("#operations-tag-orders").evaluate("tag => tag.scrollIntoView()")
-    page.screenshot(path=str(tmp_path / "swagger-ui.png"))
 
     text = page.inner_text("#swagger-ui")
     assert "/v1/orders" in text
@@ -129,14 +152,46 @@ def test_swagger_ui_renders_every_endpoint_offline(
     assert "/v1/operations/{operationId}" in text
     assert "/v1/events" in text
     assert "/v1/webhook-endpoints/{endpointId}/deliveries" in text
-    # One block per operation of the schema the page was served.
+    # One block per operation of the schema the page was served, headed by
+    # its method, path and summary.
     schema = requests.get(docs_service.url("/v1/schema/?format=json"), timeout=10).json()
-    operations = [m for item in schema["paths"].values() for m in item if m in HTTP_METHODS]
-    assert page.locator(".opblock").count() == len(operations) > 16
+    shown = sorted(page.locator(".opblock").evaluate_all(OPERATION_HEADS))
+    assert shown == operation_lines(schema)
     assert traffic.external == []
     assert traffic.blocked == []
     assert traffic.failures == []
     assert any(url.endswith("/v1/schema/") for url in traffic.urls)
+    # Last, so that a page that renders wrong is never taken as the picture.
+    _keep_the_picture_current(page, shown)
+
+
+def _keep_the_picture_current(page: Page, shown: list[str]) -> None:
+    """Take docs/swagger-ui.png again when it shows other operations than the page.
+
+    The picture is rewritten, and the test fails: a developer's run leaves
+    the new picture to commit, and CI, which runs on a fresh clone, fails on
+    a stale one. Unchanged operations leave the file alone, so each run does
+    not rewrite it with bytes that differ by a font's rounding.
+    """
+    kept = operations_of(PICTURE.read_bytes()) if PICTURE.exists() else None
+    if kept == shown and not REFRESH_ASKED:
+        return
+    box = page.evaluate(OPERATIONS_BOX)
+    taken = page.screenshot(
+        full_page=True,
+        clip={
+            "x": 0,
+            "y": box["top"],
+            "width": PICTURE_WIDTH,
+            "height": box["bottom"] - box["top"],
+        },
+    )
+    PICTURE.write_bytes(with_operations(taken, shown))
+    if not REFRESH_ASKED:
+        pytest.fail(
+            f"docs/swagger-ui.png was out of date ({difference(kept, shown)}) and has been"
+            f" rewritten from the page: commit it (`{REFRESH}` takes it on purpose)"
+        )
 
 
 def test_redoc_renders_offline(docs_service: LiveService, page: Page) -> None:
