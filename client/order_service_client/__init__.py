@@ -19,6 +19,9 @@ promise, the part only a client can keep:
   conditional on the version read (``get_order_versioned``, ``if_match``);
 - polling of asynchronous operations at the service's ``Retry-After``,
   and cursor pagination;
+- for a reader of the event feed, its checkpoint committed in the same
+  transaction as its own effect, and a typed stop when the checkpoint is
+  older than the feed's retention (:mod:`order_service_client.feed`);
 - for a webhook endpoint, the consumer's half: deliveries verified with
   the Standard Webhooks reference verifier, and each event handled once
   however often it is delivered (:mod:`order_service_client.webhooks`).
@@ -56,6 +59,7 @@ from order_service_client.errors import (
     BadRequest,
     ClientError,
     Conflict,
+    FeedCheckpointLost,
     IdempotencyKeyConflict,
     IdempotencyKeyInProgress,
     KeyLifetimeOver,
@@ -72,6 +76,7 @@ from order_service_client.errors import (
     ValidationFailed,
     error_from_response,
 )
+from order_service_client.feed import FeedCheckpointMoved, SQLiteFeedCheckpoint
 from order_service_client.inbox import (
     DEFAULT_INBOX_LEASE,
     DEFAULT_INBOX_RETENTION,
@@ -112,6 +117,8 @@ __all__ = [
     "CommandResult",
     "Conflict",
     "DeliveryInProgress",
+    "FeedCheckpointLost",
+    "FeedCheckpointMoved",
     "IdempotencyKeyConflict",
     "IdempotencyKeyInProgress",
     "Inbox",
@@ -130,6 +137,7 @@ __all__ = [
     "RetriesExhausted",
     "RetryEvent",
     "RetryPolicy",
+    "SQLiteFeedCheckpoint",
     "SQLiteInbox",
     "SQLiteKeyStore",
     "ServerError",

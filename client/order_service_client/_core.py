@@ -14,16 +14,18 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
 from order_service_client._version import __version__
 from order_service_client.errors import (
     ApiError,
+    FeedCheckpointLost,
     KeyLifetimeOver,
     OperationTimeout,
     RetriesExhausted,
+    ValidationFailed,
     error_from_response,
     problem_of,
 )
@@ -144,6 +146,19 @@ def _path(template: str, *ids: str) -> str:
     # An id is one path segment, whatever it holds: "../" or "?" in an id
     # must not reach another resource.
     return template.format(*(quote(value, safe="") for value in ids))
+
+
+def _feed_path(*, after: str | None, type: str | None, page_size: int) -> str:
+    """``GET /v1/events``: a page of ``page_size`` events of ``type`` after ``after``.
+
+    ``type=None`` keeps every type; ``after=None`` reads from the feed's start.
+    """
+    query: dict[str, str | int] = {"pageSize": page_size}
+    if type is not None:
+        query["type"] = type
+    if after is not None:
+        query["after"] = after
+    return "/v1/events?" + urlencode(query)
 
 
 def _order_body(
@@ -520,6 +535,29 @@ class _ClientCore:
             etag=response.headers.get("ETag"),
             headers=response.headers,
         )
+
+    def _feed_page(
+        self, response: httpx.Response, *, after: str | None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """A page of the feed read ``after`` an event: its events, and whether more follow.
+
+        An empty page ends the read whatever its ``next``: the next page is
+        asked after the page's last event, and there is none to ask after.
+
+        :raises FeedCheckpointLost: the service knows no event ``after``.
+        """
+        if not response.is_success:
+            error = error_from_response(response)
+            if (
+                after is not None
+                and isinstance(error, ValidationFailed)
+                and "after" in (error.details or {})
+            ):
+                raise FeedCheckpointLost(after, error) from error
+            raise error
+        page = _json_object(response, key=None)
+        events: list[dict[str, Any]] = page["results"]
+        return events, bool(events) and page.get("next") is not None
 
     def _poll_delay(
         self,

@@ -22,6 +22,7 @@ from order_service_client._core import (
     Versioned,
     _Call,
     _ClientCore,
+    _feed_path,
     _operation_id,
     _path,
 )
@@ -178,6 +179,19 @@ class AsyncOrderServiceClient(_ClientCore):
             for order in page["results"]:
                 yield order
             path = page.get("next")
+
+    async def list_events(
+        self, *, after: str | None = None, type: str | None = None, page_size: int = 50
+    ) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            path = _feed_path(after=after, type=type, page_size=page_size)
+            response, _ = await self._send(_Call("GET", path))
+            events, more = self._feed_page(response, after=after)
+            for event in events:
+                yield event
+                after = event["id"]
+            if not more:
+                return
 
     async def lookup_key(self, key: str) -> dict[str, Any] | None:
         response, _ = await self._send(_Call("GET", _path("/v1/idempotency-keys/{}", key)))

@@ -72,6 +72,7 @@ from order_service_client._core import (
     Versioned,
     _Call,
     _ClientCore,
+    _feed_path,
     _operation_id,
     _path,
 )
@@ -348,6 +349,44 @@ class OrderServiceClient(_ClientCore):
             page = self._get(path)
             yield from page["results"]
             path = page.get("next")
+
+    def list_events(
+        self, *, after: str | None = None, type: str | None = None, page_size: int = 50
+    ) -> Iterator[dict[str, Any]]:
+        """The tenant's events, oldest first, from the feed's start or ``after`` an event.
+
+        ``GET /v1/events``, ``page_size`` (1 to 200) at a time, each page
+        fetched once the one before it has been consumed, until the feed's
+        end: the iterator then stops, and the consumer asks again later
+        ``after`` the last event it handled. Each page after the first is
+        asked ``after`` the last event read rather than by the ``next``
+        link, which repeats the first page's ``after``: a long read would
+        stop when that event is purged, though the read still had every
+        event it needed, and each request is then the one a restart from
+        the consumer's checkpoint would send.
+
+        ::
+
+            checkpoint = SQLiteFeedCheckpoint("consumer.sqlite3")
+            for event in client.list_events(after=checkpoint.position()):
+                # The effect and the checkpoint: one commit.
+                checkpoint.handle(event, lambda db: apply(db, event))
+
+        :param after: an event id: start after it. ``None``: from the start.
+        :param type: only events of this type (``order.created`` …).
+        :raises FeedCheckpointLost: the feed holds no event ``after`` (or the
+            last one read, purged meanwhile): events may be gone unread.
+        :raises ValidationFailed: ``type`` is not an event type.
+        """
+        while True:
+            path = _feed_path(after=after, type=type, page_size=page_size)
+            response, _ = self._send(_Call("GET", path))
+            events, more = self._feed_page(response, after=after)
+            for event in events:
+                yield event
+                after = event["id"]
+            if not more:
+                return
 
     def lookup_key(self, key: str) -> dict[str, Any] | None:
         """``GET /v1/idempotency-keys/{key}``: what became of one of our keys; ``None``: not known.

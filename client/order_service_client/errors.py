@@ -11,6 +11,7 @@ code on the server never breaks a ``except NotFound`` here::
     │   ├── ClientError           4xx: the request is at fault; do not repeat it as it is
     │   │   ├── BadRequest        400 MalformedJson, IdempotencyKeyRequired, …Invalid
     │   │   │   └── ValidationFailed        400 ValidationError: details, field → messages
+    │   │   │       └── FeedCheckpointLost  the feed holds no event `after` names (feed.py)
     │   │   ├── AuthenticationFailed        401 NotAuthenticated, AuthenticationFailed
     │   │   ├── PermissionDenied  403
     │   │   ├── NotFound          404
@@ -26,7 +27,8 @@ code on the server never breaks a ``except NotFound`` here::
     ├── KeyLifetimeOver           the service may have forgotten the key: no retry under it
     ├── OperationTimeout          still processing when wait() gave up (a TimeoutError)
     ├── WebhookVerificationFailed a delivery is not the service's: .reason (webhooks.py)
-    └── DeliveryInProgress        another delivery of the event is being handled (webhooks.py)
+    ├── DeliveryInProgress        another delivery of the event is being handled (webhooks.py)
+    └── FeedCheckpointMoved       another reader moved the feed's checkpoint (feed.py)
 
 An answer that is not problem+json (an HTML page from a proxy, a gateway's
 ``502``) is still an :class:`ApiError` of its status class, with ``error``
@@ -48,6 +50,7 @@ __all__ = [
     "BadRequest",
     "ClientError",
     "Conflict",
+    "FeedCheckpointLost",
     "IdempotencyKeyConflict",
     "IdempotencyKeyInProgress",
     "KeyLifetimeOver",
@@ -144,6 +147,45 @@ class ValidationFailed(BadRequest):
     For a command it is the command's final outcome: stored under the key
     and replayed to every retry. Send a corrected request under a new key.
     """
+
+
+class FeedCheckpointLost(ValidationFailed):
+    """400 ``ValidationError`` on ``after``: the feed holds no event of that id (any more).
+
+    The service keeps each event ``EVENT_RETENTION`` (30 days) and then
+    purges it (docs/SPECIFICATION.md §4 rule 12). A checkpoint that names no
+    event is one older than that (a consumer down for a month), or one that
+    was never this tenant's: either way the events between it and the
+    oldest one kept may be gone unread. Reading from the start would replay
+    a month as if it were news, and skipping to the end would lose changes
+    without a word, so the read stops here and leaves the choice to you.
+
+    What to do: rebuild your state from the resources, which the service
+    keeps (``list_orders``; each order's ``payments``, ``get_payment``);
+    then read the feed from its start (``after=None``), applying each event,
+    in order, as the state it records (``data``): replayed in order, events
+    the rebuild already reflects leave each resource at its latest state
+    (:meth:`~order_service_client.feed.SQLiteFeedCheckpoint.reset` runs the
+    rebuild and forgets the checkpoint in one transaction).
+
+    :ivar after: the event id the read asked to start after.
+    """
+
+    def __init__(self, after: str, error: ValidationFailed) -> None:
+        super().__init__(
+            f"the feed holds no event {after}: it is older than the service's EVENT_RETENTION"
+            " (30 days by default), or was never yours, and events after it may be gone unread."
+            " Rebuild your state from the resources (list_orders, get_payment), then read the"
+            " feed from its start (after=None), applying each event, in order, as the state it"
+            " records.",
+            status=error.status,
+            error=error.error,
+            trace_id=error.trace_id,
+            details=error.details,
+            body=error.body,
+            headers=error.headers,
+        )
+        self.after = after
 
 
 class AuthenticationFailed(ClientError):
