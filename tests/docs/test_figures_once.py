@@ -14,21 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs.sources import SERVICE_PACKAGES
+
 ROOT = Path(__file__).resolve().parents[2]
 SCALING = (ROOT / "docs" / "SCALING.md").read_text()
-# The service's packages ([tool.importlinter]'s root_packages): their comments
-# and docstrings are documents too.
-PACKAGES = (
-    "config",
-    "orders",
-    "events",
-    "provider",
-    "operations",
-    "idempotency",
-    "accounts",
-    "api",
-    "observability",
-)
 
 # "202 req/s", "1,094 B", "6.46 ms", "98 MiB": a figure with its unit.
 _FIGURE = re.compile(
@@ -58,7 +47,7 @@ def documents() -> list[Path]:
         *sorted((docs / "decisions").glob("*.md")),
         *sorted(
             path
-            for package in PACKAGES
+            for package in SERVICE_PACKAGES
             for path in (ROOT / package).rglob("*.py")
             if "migrations" not in path.parts
         ),

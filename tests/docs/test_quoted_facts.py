@@ -23,16 +23,14 @@ Redis broker's ``CELERY_VISIBILITY_TIMEOUT``).
 """
 
 import ast
-import json
 import math
-import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.docs.sources import settings_probe
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_SOURCES = [ROOT / "config" / "settings.py", ROOT / "config" / "gunicorn.py"]
@@ -202,21 +200,7 @@ def source_defaults() -> dict[str, Default]:
 
 @pytest.fixture(scope="module")
 def defaults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Default]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        # Its own var/ (the local secret key), so the checkout's is untouched.
-        "VAR_DIR": str(tmp_path_factory.mktemp("var")),
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", _DEFAULTS_SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    running: dict[str, Default] = json.loads(result.stdout)
+    running: dict[str, Default] = settings_probe(_DEFAULTS_SCRIPT, tmp_path_factory)
     return {**source_defaults(), **running}
 
 

@@ -9,7 +9,6 @@ process of their own, with no IDEMPOTENCY_* or other setting in its
 environment, so a developer's exported variables cannot make it pass or fail.
 """
 
-import json
 import os
 import re
 import subprocess
@@ -23,6 +22,7 @@ from django.urls import get_resolver
 
 from idempotency import published
 from idempotency.schema import all_stored_answers, stored_statuses
+from tests.docs.sources import settings_probe
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -59,21 +59,7 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def defaults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        # Its own var/ (the local secret key), so the checkout's is untouched.
-        "VAR_DIR": str(tmp_path_factory.mktemp("var")),
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", _DEFAULTS_SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    loaded: dict[str, Any] = json.loads(result.stdout)
+    loaded: dict[str, Any] = settings_probe(_DEFAULTS_SCRIPT, tmp_path_factory)
     return loaded
 
 

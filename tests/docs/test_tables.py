@@ -25,24 +25,13 @@ from django.test import Client
 from api.errors import _DRF_CODES, ApplicationError
 from api.gunicorn_worker import _PROBLEMS
 from idempotency import published
+from tests.docs.sources import SERVICE_PACKAGES
 from tests.observability.test_alert_rules import alerts, metric_names, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECIFICATION = (ROOT / "docs" / "SPECIFICATION.md").read_text()
 README = (ROOT / "README.md").read_text()
 RUNBOOK = (ROOT / "docs" / "RUNBOOK.md").read_text()
-# The service's packages, [tool.importlinter]'s root_packages.
-PACKAGES = (
-    "config",
-    "orders",
-    "events",
-    "provider",
-    "operations",
-    "idempotency",
-    "accounts",
-    "api",
-    "observability",
-)
 
 
 def section(text: str, heading: str) -> str:
@@ -70,7 +59,7 @@ def error_classes() -> dict[str, tuple[int, str]]:
     its base's; classes are told by name, which the packages do not reuse.
     """
     defined: dict[str, tuple[str, dict[str, object]]] = {}
-    for package in PACKAGES:
+    for package in SERVICE_PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ClassDef) and node.bases:
@@ -202,7 +191,7 @@ _HISTOGRAM_SERIES = re.compile(r"_(?:bucket|count|sum)$")
 def defined_metrics() -> dict[str, str]:
     """Every metric the service's packages define, by name, with its type as the runbook puts it."""
     defined = {}
-    for package in PACKAGES:
+    for package in SERVICE_PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if not (isinstance(node, ast.Call) and node.args):

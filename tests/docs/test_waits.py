@@ -22,12 +22,8 @@ settings; nothing is connected to.
 """
 
 import inspect
-import json
 import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +33,7 @@ from order_service_client import OrderServiceClient, RetryPolicy
 from order_service_client import _core as client_core
 
 from operations import polling
+from tests.docs.sources import settings_probe
 
 ROOT = Path(__file__).resolve().parents[2]
 WAITS = ROOT / "docs" / "WAITS.md"
@@ -95,26 +92,15 @@ print(json.dumps(values))
 @pytest.fixture(scope="module")
 def code(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The defaults that the service's own processes read, each from its source."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        # Its own var/ (the local secret key), so the checkout's is untouched.
-        "VAR_DIR": str(tmp_path_factory.mktemp("var")),
+    loaded: dict[str, Any] = settings_probe(
+        _SOURCES_SCRIPT,
+        tmp_path_factory,
         # Read, never connected to: the PostgreSQL and Redis branches of the settings.
-        "DATABASE_URL": "postgres://nobody@127.0.0.1:1/nothing",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:1/0",
+        DATABASE_URL="postgres://nobody@127.0.0.1:1/nothing",
+        CELERY_BROKER_URL="redis://127.0.0.1:1/0",
         # config/gunicorn.py makes a directory for the metrics unless one is named.
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("metrics")),
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", _SOURCES_SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path_factory.mktemp("metrics")),
     )
-    loaded: dict[str, Any] = json.loads(result.stdout)
     return loaded
 
 
