@@ -235,15 +235,16 @@ OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=10)
 # behind others in a backlog is never copied, however long it waits. Ten
 # seconds is far above the time a message takes to reach an idle worker and
 # above any difference between the clocks of the machines that publish
-# (NTP keeps them within milliseconds); it is also how long a message lost
-# on an idle queue waits before its copy.
+# (NTP keeps them within milliseconds); a message lost on an idle queue is
+# copied once it is this old and the queue was empty at two sweeps in a row
+# (docs/WAITS.md).
 OPERATION_STALE_AFTER = env.float("OPERATION_STALE_AFTER", default=10.0)
 # How long a worker holds an operation it works on (seconds). It renews the
 # lease every third of it while it works, so this bounds how long a dead
 # worker's operation waits, not how long an attempt may take.
 OPERATION_LEASE = env.float("OPERATION_LEASE", default=10.0)
 # How often every worker runs the sweep (seconds), besides once each time it
-# connects to the broker. A sweep is a read of the queue's length and one
+# connects to the broker. A sweep is a read of each queue's length and one
 # indexed query when nothing is lost.
 OPERATION_SWEEP_INTERVAL = env.float("OPERATION_SWEEP_INTERVAL", default=2.0)
 # How long an ended (succeeded or failed) operation is kept (seconds),
@@ -266,8 +267,9 @@ if OPERATION_RETENTION < IDEMPOTENCY_KEY_TTL:
 # How long events are kept in the feed (seconds): 30 days, the contract's
 # least, so that a consumer down for a month catches up with `after=`.
 EVENT_RETENTION = env.int("EVENT_RETENTION", default=30 * 86400)
-# How long one delivery attempt may wait for the receiver's answer (seconds),
-# per phase (connect, send, first byte); a 2xx within it delivers the event.
+# How long one delivery attempt may take in all (seconds), from connecting to
+# the answer's status line and headers (events/outbound.py); a 2xx within it
+# delivers the event.
 WEBHOOK_TIMEOUT = env.float("WEBHOOK_TIMEOUT", default=10.0)
 # First retry delay of an undelivered event (seconds), doubling with each
 # attempt. With 8 attempts the last comes some two hours after the first:
