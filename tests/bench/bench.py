@@ -65,7 +65,7 @@ STORM_ROUNDS = int(os.environ.get("BENCH_STORM_ROUNDS", "10"))
 # The loads whose ratio matters most run side by side in each round; a
 # command's ceiling (tests/bench/ceiling.py) beside the command.
 _GROUPS = (
-    ("idempotent", "bare", "create ceiling"),
+    ("idempotent", "bare", "plain view", "create ceiling"),
     ("replay", "read"),
     ("payment", "payment ceiling"),
 )
@@ -171,6 +171,7 @@ class Bench:
         loads = {
             "idempotent": wrk.Load("POST", "/v1/orders", command, body, fresh_keys=True),
             "bare": wrk.Load("POST", "/bench/bare/orders", command, body),
+            "plain view": wrk.Load("POST", "/bench/plain/orders", command, body),
             "replay": wrk.Load("POST", "/v1/orders", command, body, key="replayed"),
             "read": wrk.Load("GET", f"/v1/orders/{order_id}", headers),
         }
@@ -253,9 +254,19 @@ class Bench:
                 f"  {label:46s} {statistics.median(rates[name]):6.0f} tx/s"
                 f" ({min(rates[name]):.0f}-{max(rates[name]):.0f})"
             )
+        plain = costs["plain view"]
+        print(
+            f"  {'create_order.sql from a plain Django view':46s}"
+            f" {statistics.median(rates['plain view']):6.0f} req/s"
+            f" ({min(rates['plain view']):.0f}-{max(rates['plain view']):.0f})"
+            f"  {plain.python_ms:.2f} ms gunicorn {plain.postgres_ms:.2f} ms PostgreSQL"
+            "  (tests/bench/plain_view.py)"
+        )
         print("ratios (median of the rounds' ratios, range):")
         for label, over, under in [
             ("create / ceiling", "idempotent", "create ceiling"),
+            ("plain view / ceiling", "plain view", "create ceiling"),
+            ("create / plain view", "idempotent", "plain view"),
             ("payment / ceiling", "payment", "payment ceiling"),
             ("idempotent / bare first executions", "idempotent", "bare"),
             ("replays / first executions", "replay", "idempotent"),

@@ -5,7 +5,8 @@
 parsing, validation, service call and answer) without
 ``@idempotent_command``. What a first execution costs over it is what the
 protocol costs: the key's parsing, the fingerprint, the claim and the stored
-answer.
+answer. ``POST /bench/plain/orders`` sends PostgreSQL's ceiling for a create
+through the same stack, from a plain Django view (tests/bench/plain_view.py).
 """
 
 import inspect
@@ -15,6 +16,7 @@ from rest_framework.views import APIView
 
 from config.urls import urlpatterns as service_urlpatterns
 from orders.views import OrderCollection
+from tests.bench.plain_view import create_order_plainly
 
 
 class BareOrders(APIView):
@@ -24,5 +26,6 @@ class BareOrders(APIView):
 
 urlpatterns = [
     path("bench/bare/orders", BareOrders.as_view()),
+    path("bench/plain/orders", create_order_plainly),
     *service_urlpatterns,
 ]
