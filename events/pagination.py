@@ -1,5 +1,10 @@
 """The feed's pagination: oldest first, by the transactions that wrote the events."""
 
+from typing import Any
+
+from rest_framework.request import Request
+from rest_framework.utils.urls import remove_query_param
+
 from api.pagination import NewestFirstCursorPagination
 
 
@@ -12,3 +17,13 @@ class OldestFirstCursorPagination(NewestFirstCursorPagination):
     """
 
     ordering = ("txid", "seq")
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        page = super().paginate_queryset(queryset, request, view)
+        # `after` says where a read starts; from its second page on, the
+        # cursor says where it is. Left in the links, it would tie every
+        # later page to that first event: once the purge took it (events
+        # are kept EVENT_RETENTION), a long read following `next` would be
+        # refused, though its cursor still held.
+        self.base_url = str(remove_query_param(self.base_url or "", "after"))
+        return page

@@ -56,7 +56,9 @@ list_events = read_schema(
             type=str,
             description=(
                 "An event id (`evt_…`): start after it. One that names no event of yours "
-                "(or one purged) is `400 ValidationError`."
+                "(or one purged) is `400 ValidationError`. The page's `next` and `previous` "
+                "leave it out: their cursor says where the read is, so a long read goes on "
+                "when this event is purged."
             ),
         ),
         OpenApiParameter(

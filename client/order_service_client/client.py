@@ -360,10 +360,8 @@ class OrderServiceClient(_ClientCore):
         end: the iterator then stops, and the consumer asks again later
         ``after`` the last event it handled. Each page after the first is
         asked ``after`` the last event read rather than by the ``next``
-        link, which repeats the first page's ``after``: a long read would
-        stop when that event is purged, though the read still had every
-        event it needed, and each request is then the one a restart from
-        the consumer's checkpoint would send.
+        link: each request is then the one a restart from the consumer's
+        checkpoint would send.
 
         ::
 

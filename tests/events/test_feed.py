@@ -120,6 +120,23 @@ def test_the_feed_is_oldest_first_and_resumes_after_an_event(
     assert second["results"] == feed[2:4]
 
 
+def test_a_read_that_started_after_an_event_goes_on_once_that_event_is_purged(
+    api: Api, order_body: dict[str, Any]
+) -> None:
+    placed = [place(api, order_body, key=f"K{n}")["id"] for n in range(5)]
+    feed = events_of(api)
+
+    first = body_of(api.get(f"/v1/events?after={feed[0]['id']}&pageSize=2"))
+    Event.objects.filter(id=feed[0]["id"]).delete()  # as the purge does, past the retention
+    second = api.get(first["next"])
+
+    assert "after=" not in first["next"]
+    assert second.status_code == 200, second.content
+    assert [e["links"]["resource"] for e in body_of(second)["results"]] == [
+        f"/v1/orders/{o}" for o in placed[3:5]
+    ]
+
+
 def test_the_feed_filters_by_type(api: Api, order_body: dict[str, Any]) -> None:
     order = place(api, order_body, key="K")
     api.post(f"/v1/orders/{order['id']}/cancel", {}, key="C")
