@@ -7,7 +7,6 @@ the running service's feed.
 
 import asyncio
 import sqlite3
-from contextlib import closing
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from tests.client.fakes import (
     client_for,
     problem,
 )
+from tests.client.tally import Crash, consumer_database, counted, rows, tally
 
 AFTER_UNKNOWN = {
     "after": [
@@ -246,45 +246,17 @@ def test_the_async_client_reads_the_same_pages_and_names_a_lost_checkpoint() -> 
 # The checkpoint: moved in the transaction of the effect.
 
 
-class Crash(Exception):
-    """The process dying inside a handler, after its effect was written."""
-
-
-def tally(db: sqlite3.Connection, each: dict[str, Any], *, crash_at: str | None = None) -> None:
-    """An effect that is wrong if made twice: a count per type, and the ids counted."""
-    db.execute(
-        "INSERT INTO tally (type, n) VALUES (?, 1) ON CONFLICT (type) DO UPDATE SET n = n + 1",
-        (each["type"],),
-    )
-    db.execute("INSERT INTO counted (event_id) VALUES (?)", (each["id"],))
-    if each["id"] == crash_at:
-        raise Crash(each["id"])
-
-
 @pytest.fixture
 def consumer(tmp_path: Path) -> Path:
     """The consumer's own SQLite file: its tables, where the checkpoint goes too."""
-    path = tmp_path / "consumer.sqlite3"
-    with closing(sqlite3.connect(path)) as db, db:
-        db.execute("CREATE TABLE tally (type TEXT PRIMARY KEY, n INTEGER)")
-        db.execute("CREATE TABLE counted (event_id TEXT)")
-    return path
-
-
-def rows(path: Path, query: str) -> list[Any]:
-    with closing(sqlite3.connect(path)) as db:
-        return db.execute(query).fetchall()
-
-
-def counted(path: Path) -> list[str]:
-    return [row[0] for row in rows(path, "SELECT event_id FROM counted ORDER BY rowid")]
+    return consumer_database(tmp_path / "consumer.sqlite3")
 
 
 def consume(
     client: OrderServiceClient, checkpoint: SQLiteFeedCheckpoint, *, crash_at: str | None = None
 ) -> None:
     for each in client.list_events(after=checkpoint.position(), page_size=2):
-        checkpoint.handle(each, partial(tally, each=each, crash_at=crash_at))
+        checkpoint.handle(each, partial(tally, event=each, crash_at=crash_at))
 
 
 def test_a_crash_inside_the_handler_undoes_its_effect_and_the_rerun_makes_each_effect_once(
@@ -319,9 +291,9 @@ def test_a_second_reader_of_the_checkpoint_stops_and_its_effect_is_rolled_back(
     start = first.position()
     assert second.position() == start
 
-    first.handle(event(1), partial(tally, each=event(1)))
+    first.handle(event(1), partial(tally, event=event(1)))
     with pytest.raises(FeedCheckpointMoved) as raised:
-        second.handle(event(1), partial(tally, each=event(1)))
+        second.handle(event(1), partial(tally, event=event(1)))
 
     assert counted(consumer) == ["evt_1"]
     assert (raised.value.expected, raised.value.found) == (None, "evt_1")
@@ -332,7 +304,7 @@ def test_a_checkpoint_is_moved_only_from_a_position_read(consumer: Path) -> None
     checkpoint = SQLiteFeedCheckpoint(consumer)
 
     with pytest.raises(RuntimeError, match="position"):
-        checkpoint.handle(event(1), partial(tally, each=event(1)))
+        checkpoint.handle(event(1), partial(tally, event=event(1)))
 
     assert counted(consumer) == []
 
@@ -354,7 +326,7 @@ def test_checkpoints_of_one_file_are_kept_apart_by_name(consumer: Path) -> None:
 def test_reset_commits_the_rebuild_with_a_return_to_the_start_or_neither(consumer: Path) -> None:
     checkpoint = SQLiteFeedCheckpoint(consumer)
     checkpoint.position()
-    checkpoint.handle(event(1), partial(tally, each=event(1)))
+    checkpoint.handle(event(1), partial(tally, event=event(1)))
 
     def rebuild(db: sqlite3.Connection, *, fail: bool) -> None:
         db.execute("DELETE FROM counted")

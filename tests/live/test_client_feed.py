@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import closing
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -30,6 +29,7 @@ from order_service_client import (
 from accounts.services import create_api_client
 from events.models import Event
 from events.retention import purge
+from tests.client.tally import Crash, consumer_database, counted, rows, tally
 from tests.support.live import ROOT, LiveService, base_env, serve, suite_database_env
 from tests.support.waits import wait_for
 
@@ -47,30 +47,12 @@ def feed_service(django_db_setup: None) -> Iterator[LiveService]:
         yield service
 
 
-class Crash(Exception):
-    """The consumer's process dying inside a handler, after its effect was written."""
-
-
 @pytest.fixture
 def consumer(tmp_path: Path) -> Path:
     """The consumer's own SQLite file: its tables, where its checkpoint goes too."""
-    path = tmp_path / "consumer.sqlite3"
-    with closing(sqlite3.connect(path)) as db, db:
-        db.execute("CREATE TABLE tally (type TEXT PRIMARY KEY, n INTEGER)")
-        db.execute("CREATE TABLE counted (event_id TEXT)")
-        db.execute("CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT)")
-    return path
-
-
-def tally(db: sqlite3.Connection, event: dict[str, Any], *, crash_at: str | None) -> None:
-    """An effect that is wrong if made twice: a count per type, and the ids counted."""
-    db.execute(
-        "INSERT INTO tally (type, n) VALUES (?, 1) ON CONFLICT (type) DO UPDATE SET n = n + 1",
-        (event["type"],),
+    return consumer_database(
+        tmp_path / "consumer.sqlite3", "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT)"
     )
-    db.execute("INSERT INTO counted (event_id) VALUES (?)", (event["id"],))
-    if event["id"] == crash_at:
-        raise Crash(event["id"])
 
 
 def consume(
@@ -78,15 +60,6 @@ def consume(
 ) -> None:
     for event in client.list_events(after=checkpoint.position(), page_size=2):
         checkpoint.handle(event, partial(tally, event=event, crash_at=crash_at))
-
-
-def rows(path: Path, query: str) -> list[Any]:
-    with closing(sqlite3.connect(path)) as db:
-        return db.execute(query).fetchall()
-
-
-def counted(path: Path) -> list[str]:
-    return [row[0] for row in rows(path, "SELECT event_id FROM counted ORDER BY rowid")]
 
 
 def place_and_cancel(client: OrderServiceClient, *, orders: int, cancelled: int) -> None:
