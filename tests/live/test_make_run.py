@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -83,6 +83,30 @@ def make_run(port: int, var_dir: Path) -> list[str]:
     ]
 
 
+def start_make_run(
+    name: str, port: int, var_dir: Path, log: Path, *, before: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """``make run`` started in its own process group, as a terminal's foreground job.
+
+    ``before``: the command make is started through (``env …``).
+    """
+    return servers.start(
+        name,
+        [*before, *make_run(port, var_dir)],
+        log=log,
+        cwd=ROOT,
+        env=base_env(),
+        start_new_session=True,
+    )
+
+
+def demo_token(log: Path) -> str:
+    """The demo client's token, as ``make run`` printed it to ``log``."""
+    printed = re.search(r"Demo API token[^:]*: (\S+)", log.read_text())
+    assert printed is not None, log.read_text()
+    return printed.group(1)
+
+
 @pytest.fixture
 def var_dir(tmp_path: Path) -> Iterator[Path]:
     var_dir = tmp_path / "var"
@@ -110,31 +134,22 @@ def test_make_run_serves_and_stops_everything_once(
 ) -> None:
     port = free_port()
     log = tmp_path / "make-run.log"
-    make = servers.start(
+    make = start_make_run(
         "make run",
-        [
-            # A terminal's shell starts a job with SIGINT and SIGQUIT at
-            # their defaults, whatever it inherited. So does the test: a
-            # suite started in the background, where both are ignored
-            # and stay ignored across exec, would hand make a Ctrl-C it
-            # cannot hear.
-            ENV,
-            "--default-signal=INT,QUIT",
-            *make_run(port, var_dir),
-        ],
-        log=log,
-        cwd=ROOT,
-        env=base_env(),
-        # Its own process group, as a terminal's foreground job.
-        start_new_session=True,
+        port,
+        var_dir,
+        log,
+        # A terminal's shell starts a job with SIGINT and SIGQUIT at their
+        # defaults, whatever it inherited. So does the test: a suite
+        # started in the background, where both are ignored and stay
+        # ignored across exec, would hand make a Ctrl-C it cannot hear.
+        before=(ENV, "--default-signal=INT,QUIT"),
     )
     try:
         service = LiveService(base_url=f"http://127.0.0.1:{port}")
         # Migrations, the demo data and static files come first.
         wait_until_healthy(service, [make], within_s=STARTED_WITHIN_S)
-        printed = re.search(r"Demo API token[^:]*: (\S+)", log.read_text())
-        assert printed is not None, log.read_text()
-        headers = {"Authorization": f"Bearer {printed.group(1)}"}
+        headers = {"Authorization": f"Bearer {demo_token(log)}"}
 
         created = requests.post(
             service.url("/v1/orders"),
@@ -263,32 +278,16 @@ def test_a_second_make_run_on_the_same_var_dir_stops_at_once_and_the_first_serve
     # and two sets of workers shared one queue and one SQLite database.
     port = free_port()
     log = tmp_path / "make-run.log"
-    first = servers.start(
-        "make run",
-        make_run(port, var_dir),
-        log=log,
-        cwd=ROOT,
-        env=base_env(),
-        start_new_session=True,
-    )
+    first = start_make_run("make run", port, var_dir, log)
     second: subprocess.Popen[bytes] | None = None
     try:
         service = LiveService(base_url=f"http://127.0.0.1:{port}")
         wait_until_healthy(service, [first], within_s=STARTED_WITHIN_S)
-        printed = re.search(r"Demo API token[^:]*: (\S+)", log.read_text())
-        assert printed is not None, log.read_text()
-        headers = {"Authorization": f"Bearer {printed.group(1)}"}
+        headers = {"Authorization": f"Bearer {demo_token(log)}"}
 
         other_port = free_port()
         second_log = tmp_path / "second-make-run.log"
-        second = servers.start(
-            "second make run",
-            make_run(other_port, var_dir),
-            log=second_log,
-            cwd=ROOT,
-            env=base_env(),
-            start_new_session=True,
-        )
+        second = start_make_run("second make run", other_port, var_dir, second_log)
         try:
             second.wait(timeout=STOPPED_WITHIN_S)
         except subprocess.TimeoutExpired:
