@@ -23,8 +23,9 @@ that a drift of the machine spreads over all of them:
   printed as ``create / ceiling`` and ``payment / ceiling``;
 - the time from ``202`` to ``succeeded`` of a ``pm_card_ok`` payment, timed
   before the rounds with a Celery worker (the rounds run without one);
-- the protocol's CPU against the bare view's, in one process, where the
-  machine's drift cancels out (tests/bench/in_process.py);
+- the protocol's CPU against the bare view's, and a create's against the
+  plain view's, in one process, where the machine's drift cancels out
+  (tests/bench/in_process.py);
 - what a hostile body of 1 MiB costs: parsing, fingerprinting and field
   digests in this process for each shape of tests/support/hostile_bodies.py,
   and the whole answer through the service, against a small order's.
@@ -107,9 +108,14 @@ def protocol_cpu(env: dict[str, str], token: str) -> None:
         f"  bare             {cpu.bare_python_ms:5.2f} ms Python"
         f"  {cpu.bare_postgres_ms:5.2f} ms PostgreSQL"
     )
+    print(
+        f"  plain view       {cpu.plain_python_ms:5.2f} ms Python"
+        f"  {cpu.plain_postgres_ms:5.2f} ms PostgreSQL"
+    )
     for label, ratios in [
         ("CPU, bare / idempotent", cpu.ratios),
         ("Python alone, bare / idempotent", cpu.python_ratios),
+        ("CPU, plain view / idempotent", cpu.plain_ratios),
     ]:
         print(
             f"  {label:40s} {statistics.median(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})"

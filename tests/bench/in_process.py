@@ -4,13 +4,17 @@ Through gunicorn and wrk, throughput drifts with the machine by tens of
 percent over seconds (docs/SCALING.md), more than the protocol costs. Here
 the service's WSGI application (the bench's, tests/bench/wsgi.py) is called
 directly, with no HTTP server, alternating an idempotent first execution of
-``POST /v1/orders`` and the same request to the bare view request by
-request, and reading around each one the CPU of this process (Python) and
-of its PostgreSQL backend (``/proc/<pid>/schedstat``, in nanoseconds). A
-slow stretch of the machine then falls on both kinds alike. The ratio
-leaves out what both pay equally through an HTTP server (gunicorn's
-parsing, the sockets), so it is lower than the throughput's would be on a
-quiet machine: it is the protocol's cost against the command's own.
+``POST /v1/orders``, the same request to the bare view, and the plain
+view's (tests/bench/plain_view.py: the ceiling's statements and nothing
+else) request by request, and reading around each one the CPU of this
+process (Python) and of its PostgreSQL backend (``/proc/<pid>/schedstat``,
+in nanoseconds). A slow stretch of the machine then falls on all three
+alike. The ratios leave out what all pay equally through an HTTP server
+(gunicorn's parsing, the sockets), so they are lower than the throughput's
+would be on a quiet machine: bare over idempotent is the protocol's cost
+against the command's own; plain view over idempotent, how much of a
+create the stack's floor is, which through gunicorn only a drifting
+throughput shows.
 
 The same way, :func:`measure_lists` reads what a page of ``GET /v1/orders``
 costs by the size of its orders: a page of 200 orders of one line each
@@ -36,19 +40,23 @@ from typing import Any
 
 @dataclass(frozen=True)
 class GuardCpu:
-    """Median CPU per request, in ms, of each kind, and of the pairs' ratios."""
+    """Median CPU per request, in ms, of each kind, and of the rounds' ratios."""
 
     idempotent_python_ms: float
     idempotent_postgres_ms: float
     bare_python_ms: float
     bare_postgres_ms: float
-    # CPU of the bare request over the idempotent one, per round of pairs.
+    plain_python_ms: float
+    plain_postgres_ms: float
+    # CPU of the bare request over the idempotent one, per round.
     ratios: list[float]
     python_ratios: list[float]
+    # CPU of the plain view's request over the idempotent one, per round.
+    plain_ratios: list[float]
 
 
 def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000) -> GuardCpu:
-    """``pairs`` idempotent and bare creates, alternating, in ten rounds.
+    """``pairs`` creates of each kind (idempotent, bare, plain), alternating, in ten rounds.
 
     ``env`` is the served service's (its database, its secret key): the
     settings are read once, when the application is built here.
@@ -68,6 +76,7 @@ def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000)
     kinds: dict[str, Callable[[], None]] = {
         "idempotent": lambda: post("/v1/orders", uuid.uuid4().hex),
         "bare": lambda: post("/bench/bare/orders", None),
+        "plain": lambda: post("/bench/plain/orders", None),
     }
     for _ in range(100):  # warm up code paths, caches and the connection
         for send in kinds.values():
@@ -86,13 +95,17 @@ def measure(env: Mapping[str, str], token: str, body: Any, *, pairs: int = 2000)
         for name, (python, postgres) in spent.items():
             per_kind[name].append((python * 1000 / per_round, postgres * 1000 / per_round))
     rounds_of_both = list(zip(per_kind["idempotent"], per_kind["bare"], strict=True))
+    plain_rounds = list(zip(per_kind["idempotent"], per_kind["plain"], strict=True))
     return GuardCpu(
         idempotent_python_ms=statistics.median(p for p, _ in per_kind["idempotent"]),
         idempotent_postgres_ms=statistics.median(q for _, q in per_kind["idempotent"]),
         bare_python_ms=statistics.median(p for p, _ in per_kind["bare"]),
         bare_postgres_ms=statistics.median(q for _, q in per_kind["bare"]),
+        plain_python_ms=statistics.median(p for p, _ in per_kind["plain"]),
+        plain_postgres_ms=statistics.median(q for _, q in per_kind["plain"]),
         ratios=[sum(u) / sum(g) for g, u in rounds_of_both],
         python_ratios=[u[0] / g[0] for g, u in rounds_of_both],
+        plain_ratios=[sum(u) / sum(g) for g, u in plain_rounds],
     )
 
 
