@@ -52,7 +52,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from events import addresses, metrics, outbound, tenant_slots
-from events.links import deliveries_path
 from events.models import Delivery, WebhookEndpoint
 from events.rendering import body_of
 from events.services import DELIVER_WEBHOOK
@@ -148,7 +147,9 @@ def _queue() -> str:
 
 @registry.register(
     DELIVER_WEBHOOK,
-    result_path=deliveries_path,
+    # The service's own work, not a client's command: no client is given
+    # its id, and its endpoint's deliveries tell how it went.
+    result_path=None,
     retry=RETRY,
     give_up=give_up,
     # Workers of their own: a receiver that takes its whole timeout to

@@ -117,8 +117,11 @@ class OperationKind:
     name: str
     handler: Handler
     # The path of the resource an operation of this kind works on
-    # (``links.result``), from its ``result_id``.
-    result_path: Callable[[str], str]
+    # (``links.result``), from its ``result_id``. None: the service's own
+    # work, which no command of a client starts and no client is given the
+    # id of (a webhook delivery, whose endpoint's deliveries tell how it
+    # went): GET /v1/operations/{id} does not show it (client_kinds()).
+    result_path: Callable[[str], str] | None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # None: the operation ends failed with its last attempt's failure
     # (operations.services.fail_operation). A kind whose attempts may have
@@ -141,7 +144,7 @@ _kinds: dict[str, OperationKind] = {}
 def register(
     name: str,
     *,
-    result_path: Callable[[str], str],
+    result_path: Callable[[str], str] | None,
     retry: RetryPolicy | None = None,
     give_up: GiveUp | None = None,
     settle: Settle | None = None,
@@ -192,8 +195,22 @@ def require(kind: str) -> None:
 
 
 def kinds() -> list[str]:
-    """Every registered kind, in registration order (the schema's enum, the metric's labels)."""
+    """Every registered kind, in registration order (the metric's labels)."""
     return list(_kinds)
+
+
+def client_kinds() -> list[str]:
+    """The kinds a client reads at GET /v1/operations/{id}, those with a result path.
+
+    The schema's enum of an operation's ``kind``.
+    """
+    return [name for name, kind in _kinds.items() if kind.result_path is not None]
+
+
+def result_path_of(operation: Operation) -> str | None:
+    """The path of ``operation``'s result (``links.result``); None for the service's own work."""
+    path = kind_of(operation).result_path
+    return None if path is None else path(operation.result_id)
 
 
 def queue_of(kind: str) -> str:

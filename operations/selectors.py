@@ -14,9 +14,15 @@ from operations.models import Operation
 def get_operation(*, tenant: Tenant, operation_id: str) -> Operation:
     """The tenant's operation, read from our table (never from a result backend).
 
+    Only of a kind a client's command starts (``registry.client_kinds``):
+    the service's own work, a webhook delivery, is told by its endpoint's
+    deliveries instead.
+
     :raises NoSuchOperation: no such operation in this tenant.
     """
-    operation = Operation.objects.filter(tenant=tenant, pk=operation_id).first()
+    operation = Operation.objects.filter(
+        tenant=tenant, pk=operation_id, kind__in=registry.client_kinds()
+    ).first()
     if operation is None:
         raise NoSuchOperation(f"No operation {operation_id}.")
     return operation

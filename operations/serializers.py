@@ -13,7 +13,11 @@ def operation_path(operation_id: str) -> str:
 
 
 def result_path(operation: Operation) -> str:
-    return registry.kind_of(operation).result_path(operation.result_id)
+    path = registry.result_path_of(operation)
+    if path is None:
+        # get_operation never reads such a one for a client.
+        raise LookupError(f"Operation kind {operation.kind!r} is the service's own work.")
+    return path
 
 
 class OperationErrorOutput(serializers.Serializer[Operation]):
@@ -51,8 +55,8 @@ class OperationOutput(serializers.ModelSerializer[Operation]):
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields()
         # The kinds are known once the apps have registered them, after
-        # this class is defined; the schema's enum lists them.
-        fields["kind"] = serializers.ChoiceField(choices=registry.kinds())
+        # this class is defined; the schema's enum lists those a client reads.
+        fields["kind"] = serializers.ChoiceField(choices=registry.client_kinds())
         return fields
 
     @extend_schema_field(OperationErrorOutput(allow_null=True))

@@ -214,3 +214,28 @@ def test_a_slow_endpoint_never_holds_up_another(
 
     assert all(d["status"] == "succeeded" for d in deliveries(api, fast_endpoint))
     assert Delivery.objects.filter(status="succeeded").count() == 8
+
+
+def test_a_deliverys_operation_is_the_services_own_and_no_client_reads_it(
+    api: Api, settings: Settings
+) -> None:
+    """§4 rule 8: GET /v1/operations/{id} shows the work a client's command started.
+
+    A delivery is the service's own: no answer gives its operation's id,
+    its endpoint's deliveries tell how it went, and it has no result a
+    client could follow (its ``resultId`` is a delivery, which has no URL).
+    """
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+    subscribe(api, "http://127.0.0.1:9/hooks")
+    place(api)
+
+    response = api.get(f"/v1/operations/{delivery_operation().id}")
+    schema = api.client.get("/v1/schema/", {"format": "json"}).json()
+    operation = schema["components"]["schemas"]["OperationOutput"]["properties"]
+
+    assert response.status_code == 404
+    assert body_of(response)["error"] == "NotFound"
+    assert schema["components"]["schemas"][operation["kind"]["$ref"].split("/")[-1]]["enum"] == [
+        "payment.charge",
+        "order.refund",
+    ]

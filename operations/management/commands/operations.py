@@ -96,8 +96,8 @@ class Command(BaseCommand):
         ended = f"{operation.id} {operation.kind} ended {operation.status}"
         if operation.error_code:
             ended += f" ({operation.error_code}: {operation.error_message})"
-        result = registry.kind_of(operation).result_path(operation.result_id)
-        self.stdout.write(f"{ended}; its result: {result}")
+        result = registry.result_path_of(operation)
+        self.stdout.write(f"{ended}; its result: {result}" if result else ended)
 
     def _report(self, limit: int) -> None:
         now = timezone.now()
