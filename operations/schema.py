@@ -21,7 +21,12 @@ get_operation = read_schema(
         "`order.refund`. Every operation ends: a failed attempt is retried with backoff, "
         "and after the deployment's `OPERATION_MAX_ATTEMPTS` attempts "
         "the operation ends `failed`, unless the provider holds what it asked for, which "
-        "is then its outcome."
+        "is then its outcome. An ended operation is kept for the deployment's "
+        "`OPERATION_RETENTION` (never less than its `IDEMPOTENCY_KEY_TTL`, so a replay of "
+        "the `202` always finds it) and then purged: its id is then `404 NotFound`, as an "
+        "unknown id is. A `processing` operation is never purged. A webhook delivery is the "
+        "service's own work, not an operation of yours: its endpoint's deliveries tell how "
+        "it went."
     ),
     tag="operations",
     response=OpenApiResponse(OperationOutput, "The operation."),
